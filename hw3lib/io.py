@@ -1,0 +1,135 @@
+"""Small file helpers: project paths, atomic writes, and jsonl reading with good errors.
+
+Every file the workbook writes goes through `atomic_write_*`: the content is written to a
+temporary file in the same directory and renamed over the target, so an interrupted run never
+leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+class DataFileError(ValueError):
+    """A data file is missing or malformed; the message names the file, line and fix."""
+
+
+def project_root() -> Path:
+    """The workbook checkout: the nearest parent of the cwd (or of this package) holding pyproject.toml.
+
+    Notebooks run with their own folder as the cwd, so paths like `figures/` must be resolved
+    against the project, not the cwd.
+    """
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for candidate in (start, *start.parents):
+            if (candidate / "pyproject.toml").is_file() and (candidate / "hw3lib").is_dir():
+                return candidate
+    return Path.cwd()
+
+
+def cache_dir() -> Path:
+    """Where built artefacts (the tiny model, ...) are cached: $HW3_CACHE_DIR or ~/.cache/hw3lib."""
+    path = Path(os.environ.get("HW3_CACHE_DIR", Path.home() / ".cache" / "hw3lib"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def runs_dir() -> Path:
+    """Where runs write their outputs: $HW3_RUNS_DIR or <project>/runs."""
+    path = Path(os.environ.get("HW3_RUNS_DIR", project_root() / "runs"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def figures_dir() -> Path:
+    """Where notebooks export their plots: <project>/figures."""
+    path = project_root() / "figures"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` via a temporary file and a rename (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=indent, default=_json_default) + "\n")
+
+
+def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
+    text = "".join(json.dumps(row, default=_json_default) + "\n" for row in rows)
+    return atomic_write_text(path, text)
+
+
+def append_jsonl(path: str | os.PathLike, row: Any) -> None:
+    """Append one row and flush (for metrics logs; a torn last line is skipped by read_jsonl)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, default=_json_default) + "\n")
+        handle.flush()
+
+
+def iter_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> Iterator[dict]:
+    """Yield one dict per non-empty line; a bad line raises DataFileError naming file and line.
+
+    `allow_torn_tail` skips an unparsable *last* line (what a killed writer leaves behind).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileError(f"{path}: file not found")
+    with open(path, "rb") as handle:
+        lines = handle.read().split(b"\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if allow_torn_tail and number - 1 == last:
+                return
+            raise DataFileError(f"{path}:{number}: not valid JSON ({exc}); fix or remove this line") from None
+        if not isinstance(row, dict):
+            raise DataFileError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        yield row
+
+
+def read_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> list[dict]:
+    return list(iter_jsonl(path, allow_torn_tail=allow_torn_tail))
+
+
+def _json_default(obj: Any) -> Any:
+    """Make numpy/torch scalars, paths and dataclasses JSON-serialisable."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")

@@ -1,0 +1,19 @@
+"""Kissing configurations in dimension 11: exact verification, sandboxed evaluation, search.
+
+The problem: find nonzero integer vectors C in Z^11 with min_{x != y} ||x - y||^2 >=
+max_x ||x||^2; then tau_11 >= |C|. Modules:
+
+- `verify`: `verify(points, dimension=11) -> VerifyResult`, exact integer check (any int size).
+- `evaluator`: `evaluate_program(path_or_source, timeout_s, memory_mb) -> dict`, the course's
+  metrics for a candidate program run in a limited subprocess.
+- `constructions`: the starter (22 points), the D11 roots (220) and a code-based construction.
+- `search`: `local_search(...)`, a seeded, resumable local search that grows valid sets.
+
+Note: importing this package binds `hw3lib.kissing.verify` to the *function*; import the
+dataclass as `from hw3lib.kissing import VerifyResult`.
+"""
+
+from hw3lib.kissing.evaluator import evaluate_program
+from hw3lib.kissing.verify import VerifyResult, verify
+
+__all__ = ["VerifyResult", "evaluate_program", "verify"]

@@ -1,0 +1,155 @@
+"""Child-process side of `hw3lib.kissing.evaluate_program` (stdlib only; run as a script).
+
+Usage: python _sandbox_runner.py PROGRAM.py RESULT.json MEMORY_MB CPU_SECONDS FILE_SIZE_BYTES
+
+Sets its own resource limits (address space, CPU time, file size, no core dumps), disables sockets, executes PROGRAM.py as a module named ``candidate_program`` (so an
+``if __name__ == "__main__":`` block does not run), finds its points and writes RESULT.json:
+
+    {"ok": true, "points": [[...], ...], "declared_dimension": 11 | null, "run_time": seconds}
+    {"ok": false, "error": "what went wrong", "kind": "exception" | "exit" | "no_points" | ...}
+
+Integers are written as JSON integers, so coordinates of any size arrive exactly. Accepted
+program shapes: ``run_code()`` returning ``(points,)``, ``(points, d)`` or ``points``;
+``get_centers()`` returning the same; or a global ``points``.
+
+This is not a security boundary against a hostile program (it runs in this interpreter and could
+undo the socket patch); the parent process adds the real limits (time, memory, CPU, file size,
+a throw-away working directory and, where permitted, an empty network namespace).
+"""
+
+import json
+import os
+import resource
+import socket
+import sys
+import time
+import traceback
+
+TRACEBACK_TAIL = 2000  # characters of traceback kept for the error message
+
+
+def _no_network(*args, **kwargs):
+    raise OSError("network access is disabled while evaluating a kissing program")
+
+
+def disable_network() -> None:
+    class NoSocket(socket.socket):
+        def __init__(self, *args, **kwargs):
+            _no_network()
+
+    socket.socket = NoSocket
+    for name in ("create_connection", "create_server", "socketpair", "fromfd", "getaddrinfo", "gethostbyname"):
+        if hasattr(socket, name):
+            setattr(socket, name, _no_network)
+
+
+def unwrap(result):
+    """(points,) -> points; (points, d) -> points, d; points -> points, None."""
+    if isinstance(result, tuple) and len(result) == 1:
+        return result[0], None
+    if isinstance(result, (tuple, list)) and len(result) == 2 and _is_int_scalar(result[1]):
+        return result[0], int(result[1])
+    return result, None
+
+
+def _is_int_scalar(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and "int" in type(value).__name__
+
+
+def to_jsonable(points):
+    """Numpy arrays / scalars to plain lists and numbers (object arrays keep Python ints)."""
+    if hasattr(points, "tolist"):
+        points = points.tolist()
+    if isinstance(points, (list, tuple)):
+        return [to_jsonable(p) for p in points]
+    if hasattr(points, "item") and not isinstance(points, (int, float)):
+        return points.item()
+    if isinstance(points, (int, float)) or points is None:
+        return points
+    return repr(points)  # a string: the verifier will name the point and coordinate
+
+
+def find_points(namespace):
+    if callable(namespace.get("run_code")):
+        return namespace["run_code"](), "run_code()"
+    if callable(namespace.get("get_centers")):
+        return namespace["get_centers"](), "get_centers()"
+    if "points" in namespace:
+        return namespace["points"], "the global `points`"
+    raise LookupError("the program defines none of run_code(), get_centers() or a global `points`; "
+                      "define run_code() returning (points, 11)")
+
+
+MEMORY_MB = [0]  # the address-space limit, for messages
+
+
+def set_limits(memory_mb: int, cpu_seconds: int, file_size: int) -> None:
+    MEMORY_MB[0] = memory_mb
+    memory = memory_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def main(program_path: str, result_path: str) -> int:
+    def finish(payload) -> int:
+        with open(result_path, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle)
+        return 0 if payload.get("ok") else 1
+
+    disable_network()
+    # Imports resolve against the program's own folder, not this package's (sys.path[0]).
+    sys.path[0] = os.path.dirname(os.path.abspath(program_path))
+    with open(program_path, encoding="utf-8") as handle:
+        source = handle.read()
+    namespace = {"__name__": "candidate_program", "__file__": program_path, "__builtins__": __builtins__}
+    start = time.perf_counter()
+    try:
+        code = compile(source, "program.py", "exec")
+        exec(code, namespace)
+        result, origin = find_points(namespace)
+    except SystemExit as exc:
+        return finish({"ok": False, "kind": "exit", "error": f"the program called sys.exit({exc.code!r}) "
+                       "before returning points; return the points instead of exiting"})
+    except MemoryError:
+        return finish({"ok": False, "kind": "memory",
+                       "error": f"MemoryError: the program exceeded the memory limit ({MEMORY_MB[0]} MiB)"})
+    except LookupError as exc:
+        if "defines none of" in str(exc):
+            return finish({"ok": False, "kind": "no_points", "error": str(exc)})
+        return finish({"ok": False, "kind": "exception", "error": _traceback_tail()})
+    except BaseException:  # the program's own bug: report its traceback, never crash the caller
+        return finish({"ok": False, "kind": "exception", "error": _traceback_tail()})
+    run_time = time.perf_counter() - start
+    points, dimension = unwrap(result)
+    if points is None:
+        return finish({"ok": False, "kind": "no_points", "error": f"{origin} returned None instead of points"})
+    try:
+        payload = {"ok": True, "points": to_jsonable(points), "declared_dimension": dimension, "run_time": run_time}
+        return finish(payload)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return finish({"ok": False, "kind": "bad_points", "error": f"{origin} returned points that cannot be "
+                       f"serialised ({exc}); return a list of integer lists or an integer numpy array"})
+
+
+def _traceback_tail() -> str:
+    """The traceback from the program's first frame on (this runner's frames are noise to the author)."""
+    exc = sys.exc_info()[1]
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != "program.py":
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    return text[-TRACEBACK_TAIL:]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 6:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    set_limits(int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,68 @@
+"""Run the whole workbook: every notebook in order on one profile, then build the writeup.
+
+`python -m hw3lib.workbook [--profile smoke|full] [--only 01,04]` executes each notebook with
+papermill (the `profile` parameter injected into the cell tagged `parameters`), writes the executed
+copies to `runs/notebooks/` (the committed notebooks are left untouched), and finally compiles
+`writeup/writeup.pdf` from the figures and result files the notebooks exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from hw3lib.config import default_profile_name
+from hw3lib.io import project_root, runs_dir
+
+
+def notebooks() -> list[Path]:
+    return sorted((project_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def run_notebook(path: Path, profile: str, out_dir: Path) -> Path:
+    """Execute one notebook with papermill; returns the executed copy's path."""
+    import papermill
+
+    out = out_dir / path.name
+    papermill.execute_notebook(
+        str(path), str(out), parameters={"profile": profile}, cwd=str(path.parent),
+        kernel_name="python3", progress_bar=False, log_output=False,
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default=None, help="smoke or full (default: full with a GPU, else smoke)")
+    parser.add_argument("--only", default="", help="comma-separated notebook numbers, e.g. 01,04")
+    args = parser.parse_args(argv)
+    profile = args.profile or default_profile_name()
+    wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+    out_dir = runs_dir() / "notebooks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    selected = [nb for nb in notebooks() if not wanted or nb.name[:2] in wanted]
+    print(f"hw3 workbook: profile={profile}, {len(selected)} notebooks -> {out_dir}", flush=True)
+    for nb in selected:
+        start = time.perf_counter()
+        print(f"  running {nb.name} ...", end=" ", flush=True)
+        try:
+            run_notebook(nb, profile, out_dir)
+        except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
+            print("FAILED", flush=True)
+            print(f"\n{nb.name} failed: {exc}\nThe partly executed notebook is {out_dir / nb.name}; "
+                  "open it to see the failing cell.", file=sys.stderr)
+            return 1
+        print(f"done in {time.perf_counter() - start:.0f} s", flush=True)
+
+    from hw3lib.writeup import build_writeup
+
+    pdf = build_writeup()
+    print(f"writeup: {pdf}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
