@@ -8,8 +8,9 @@ Implemented (the course's names and arguments):
 - `compute_entropy`: per-token entropy of the next-token distribution, via `log_softmax`
   (logsumexp inside), safe for huge logits and `-inf` (masked-out) vocabulary entries.
 - `get_response_log_probs`: log p(label | prefix) for every position, computed over chunks of
-  tokens so at most one float32 chunk of the `[batch, seq, vocab]` logits is materialised beside
-  the model's own logits (see its docstring for the memory budget).
+  tokens by a small autograd function, so besides the model's own `[batch, seq, vocab]` logits
+  only one chunk's float32 temporaries exist at a time (forward and backward); see
+  `bench/bench_logprobs.py` for the measured peaks.
 - `masked_normalize` / `masked_mean`: sums and means over the entries a mask keeps.
 - `sft_microbatch_train_step`: the SFT loss of one microbatch -- negative log-likelihood summed
   over response tokens, divided by `normalize_constant`, averaged over the batch, divided by
@@ -67,26 +68,59 @@ def _upcast(logits: torch.Tensor) -> torch.Tensor:
     return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
 
+def _entropy_from_log_p(log_p: torch.Tensor) -> torch.Tensor:
+    """Entropy `-sum p log p` from log-probabilities: `[..., V] -> [...]`."""
+    # p underflows to exactly 0 well above log p = -1e4 (even in float64), so this clamp changes no
+    # value but makes masked (-inf) entries finite: 0 * log p is then 0, not NaN, also in backward.
+    log_p = log_p.clamp(min=-1e4)  # [..., V]
+    return -(log_p.exp() * log_p).sum(dim=-1)  # [...]
+
+
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy (in nats) of softmax(logits) over the last dim: `[..., V] -> [...]`.
 
-    Computed as `-sum p * log p` with `log p = log_softmax(logits)` (stable for huge logits).
-    Entries with logit `-inf` have p = 0 and contribute exactly 0 (also to the gradient).
-    bf16/fp16 logits are computed on in float32 and the result is float32.
+    Uses `log_softmax` (logsumexp inside), so huge logits are fine; entries with logit `-inf`
+    contribute exactly 0 to the value and the gradient. bf16/fp16 logits are computed on in
+    float32 and the result is float32.
     """
-    log_p = torch.log_softmax(_upcast(logits), dim=-1)  # [..., V]
-    p = log_p.exp()  # [..., V]
-    # -inf logits give p * log p = 0 * -inf = NaN; their true contribution is 0.
-    finite_log_p = torch.where(torch.isfinite(log_p), log_p, 0.0)  # [..., V]
-    return -(p * finite_log_p).sum(dim=-1)  # [...]
+    return _entropy_from_log_p(torch.log_softmax(_upcast(logits), dim=-1))  # [...]
 
 
-def _label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[label] for a chunk of tokens: `[N, V], [N] -> [N]`."""
-    logits = _upcast(logits)  # [N, V]
-    # gather - logsumexp saves only a view of float32 logits for backward, not a log_softmax copy.
-    picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # [N]
-    return picked - torch.logsumexp(logits, dim=-1)  # [N]
+class _ChunkedLabelLogProbs(torch.autograd.Function):
+    """log softmax(logits)[label] for `[N, V]` logits, `step` rows at a time, plus optional entropy.
+
+    A plain chunked `log_softmax` would let autograd keep every chunk's output (a full float32
+    copy of the logits); this function keeps only the logits themselves and recomputes each
+    chunk's softmax in backward, where d log p_y / d z = onehot(y) - softmax(z).
+    """
+
+    @staticmethod
+    def forward(ctx, logits, labels, step, with_entropy):  # [N, V], [N]
+        out_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        log_probs = torch.empty(labels.shape, dtype=out_dtype, device=logits.device)  # [N]
+        entropy = torch.empty(labels.shape if with_entropy else 0, dtype=out_dtype, device=logits.device)  # [N] or [0]
+        for start in range(0, labels.shape[0], step):
+            rows = slice(start, start + step)
+            log_p = torch.log_softmax(_upcast(logits[rows]), dim=-1)  # [n, V]
+            log_probs[rows] = log_p.gather(-1, labels[rows].unsqueeze(-1)).squeeze(-1)  # [n]
+            if with_entropy:
+                entropy[rows] = _entropy_from_log_p(log_p)  # [n]
+        ctx.save_for_backward(logits, labels)
+        ctx.step = step
+        ctx.mark_non_differentiable(entropy)
+        return log_probs, entropy
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_log_probs, grad_entropy):  # [N], unused
+        logits, labels = ctx.saved_tensors
+        grad_logits = torch.empty_like(logits)  # [N, V]
+        for start in range(0, labels.shape[0], ctx.step):
+            rows = slice(start, start + ctx.step)
+            g = grad_log_probs[rows].unsqueeze(-1)  # [n, 1]
+            grad = torch.softmax(_upcast(logits[rows]), dim=-1).mul_(-g)  # [n, V]: -g * p
+            grad_logits[rows] = grad.scatter_add_(-1, labels[rows].unsqueeze(-1), g)  # [n, V]: + g at the label
+        return grad_logits, None, None, None
 
 
 def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
@@ -98,21 +132,18 @@ def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
     model; `token_entropy` is a detached logging statistic (use `compute_entropy` on logits if you
     want its gradient). Outputs are float32 for bf16/fp16/float32 models, float64 for float64 ones.
 
-    Memory: besides the model's own logits, the work runs over chunks of `chunk_tokens` token
-    positions (default: `CHUNK_ELEMENTS // vocab`), so only one chunk's float32 temporaries exist
-    at a time. What autograd keeps is a view of the float32 logits (no copy for float32 models,
-    one float32 copy for bf16 ones) -- never a full log_softmax, probs and entropy product.
+    Memory: the work runs over chunks of `chunk_tokens` positions (default
+    `CHUNK_ELEMENTS // vocab`), so besides the model's own logits only one chunk's float32
+    temporaries exist at a time, in forward and in backward (which adds one logits-sized gradient,
+    as any implementation must). Nothing logits-sized is kept for backward but the logits.
     """
     logits = model(input_ids).logits  # [B, T, V]
     batch, seq, vocab = logits.shape
     step = chunk_tokens or max(1, CHUNK_ELEMENTS // vocab)
-    flat_logits = logits.reshape(batch * seq, vocab).split(step)  # chunks of [<=step, V]
-    flat_labels = labels.reshape(batch * seq).split(step)  # chunks of [<=step]
-    log_probs = torch.cat([_label_log_probs(c, y) for c, y in zip(flat_logits, flat_labels)])  # [B*T]
+    log_probs, entropy = _ChunkedLabelLogProbs.apply(
+        logits.reshape(batch * seq, vocab), labels.reshape(batch * seq), step, return_token_entropy)  # [B*T], [B*T] or [0]
     result = {"log_probs": log_probs.view(batch, seq)}  # [B, T]
     if return_token_entropy:
-        with torch.no_grad():
-            entropy = torch.cat([compute_entropy(c) for c in flat_logits])  # [B*T]
         result["token_entropy"] = entropy.view(batch, seq)  # [B, T]
     return result
 

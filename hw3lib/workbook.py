@@ -25,6 +25,7 @@ def run_notebook(path: Path, profile: str, out_dir: Path) -> Path:
     """Execute one notebook with papermill; returns the executed copy's path."""
     import papermill
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / path.name
     papermill.execute_notebook(
         str(path), str(out), parameters={"profile": profile}, cwd=str(path.parent),

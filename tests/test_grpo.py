@@ -10,6 +10,7 @@ import torch
 from hw3lib.grpo import (LOSS_TYPES, compute_grpo_clip_loss, compute_grpo_no_clip_loss,
                          compute_group_normalized_rewards, compute_naive_policy_gradient_loss,
                          compute_policy_gradient_loss, grpo_microbatch_train_step)
+from hw3lib.sft import masked_mean
 
 F64 = torch.float64
 
@@ -220,7 +221,6 @@ def test_microbatch_gradcheck_float64_clip_with_masked_mean():
         return probe.grad
 
     # The step's own backward gives the same gradient as autograd on the composed loss.
-    from hw3lib.sft import masked_mean
     composed = lambda lp: masked_mean(compute_grpo_clip_loss(adv, lp, old, 0.3)[0], mask, dim=-1).mean() / 2
     assert torch.autograd.gradcheck(composed, (log_probs,))
     torch.testing.assert_close(step_gradient(log_probs), torch.autograd.grad(composed(log_probs), log_probs)[0])

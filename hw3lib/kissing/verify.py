@@ -17,8 +17,9 @@ overlapping, so the kissing number tau_d >= |C|. Everything here is exact intege
     - float64 + BLAS when 4 d M^2 <= 2^53: every product, partial sum and distance is an integer
       below 2^53, which float64 represents exactly, so the result is exact (and fast);
     - int64 when 4 d M^2 < 2^62 (no overflow possible);
-    - Python big integers (numpy object arrays) beyond that, e.g. coordinates around 1e13 whose
-      squares overflow int64. Slower (about a second for 600 points) but exact.
+    - Python big integers beyond that, e.g. coordinates around 1e13 whose squares overflow
+      int64: a float64 pass screens the pairs and every pair that could be the minimum is
+      recomputed exactly with Python ints (see `_bigint_min`).
 
 Duplicated points, the zero vector, ragged or empty input and a wrong dimension are reported as
 invalid with a message a person (or an LLM) can act on.
@@ -34,7 +35,7 @@ import numpy as np
 
 FLOAT_EXACT_LIMIT = 2**53  # float64 holds every integer of magnitude <= 2^53 exactly
 INT64_SAFE_LIMIT = 2**62  # headroom below 2^63 for the int64 back end
-BLOCK_ELEMENTS = 1 << 22  # ~4M distances per block: 32 MiB of float64/int64
+BLOCK_ELEMENTS = 1 << 20  # ~1M distances per block: 8 MiB of float64/int64, cache friendly
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class VerifyResult:
         return self.num_points if self.valid else 0
 
 
-class _InputError(Exception):
+class InputError(Exception):
     """Malformed input; carries the offending point index for VerifyResult."""
 
     def __init__(self, message: str, point: int | None = None, num_points: int = 0, dimension: int | None = None):
@@ -93,7 +94,7 @@ def verify(points, dimension: int | None = 11) -> VerifyResult:
         raise ValueError(f"verify(dimension=...) must be a positive int or None, got {dimension!r}")
     try:
         matrix = to_integer_matrix(points)  # [n, d] int64 or object (Python ints)
-    except _InputError as exc:
+    except InputError as exc:
         return VerifyResult(False, exc.num_points, exc.dimension, None, None, None, exc.point, str(exc))
     n, d = matrix.shape
     if dimension is not None and d != dimension:
@@ -135,24 +136,24 @@ def verify(points, dimension: int | None = 11) -> VerifyResult:
 def to_integer_matrix(points) -> np.ndarray:
     """Convert `points` to an exact integer matrix [n, d]: int64 when every entry fits, else object.
 
-    Raises _InputError (message names the point and coordinate) for anything not exactly an integer.
+    Raises InputError (message names the point and coordinate) for anything not exactly an integer.
     """
     if isinstance(points, (str, bytes)) or points is None:
-        raise _InputError(f"points must be a list of integer vectors, got {type(points).__name__}")
+        raise InputError(f"points must be a list of integer vectors, got {type(points).__name__}")
     if isinstance(points, np.ndarray):
         array = points
     else:
         try:
             points = list(points)
         except TypeError:
-            raise _InputError(f"points must be a list of integer vectors, got {type(points).__name__}") from None
+            raise InputError(f"points must be a list of integer vectors, got {type(points).__name__}") from None
         if not points:
-            raise _InputError("no points given: the set must contain at least one nonzero integer vector")
+            raise InputError("no points given: the set must contain at least one nonzero integer vector")
         lengths = [_row_length(row, i) for i, row in enumerate(points)]
         if len(set(lengths)) > 1:
             first = lengths[0]
             bad = next(i for i, length in enumerate(lengths) if length != first)
-            raise _InputError(f"ragged input: point 0 has {first} coordinates but point {bad} has {lengths[bad]}; "
+            raise InputError(f"ragged input: point 0 has {first} coordinates but point {bad} has {lengths[bad]}; "
                               f"all points need the same dimension", bad, len(points))
         try:
             array = np.array(points)  # int64, float64, object (huge ints / mixed) or str
@@ -165,14 +166,14 @@ def to_integer_matrix(points) -> np.ndarray:
                 array[i, :] = list(row)
     if array.ndim != 2:
         if array.size == 0:
-            raise _InputError("no points given: the set must contain at least one nonzero integer vector")
-        raise _InputError(f"points must form a 2-D array [num_points, dimension], got shape {array.shape}",
+            raise InputError("no points given: the set must contain at least one nonzero integer vector")
+        raise InputError(f"points must form a 2-D array [num_points, dimension], got shape {array.shape}",
                           None, array.shape[0] if array.ndim else 0)
     n, d = array.shape
     if n == 0:
-        raise _InputError("no points given: the set must contain at least one nonzero integer vector")
+        raise InputError("no points given: the set must contain at least one nonzero integer vector")
     if d == 0:
-        raise _InputError("points have no coordinates (dimension 0)", 0, n, 0)
+        raise InputError("points have no coordinates (dimension 0)", 0, n, 0)
 
     kind = array.dtype.kind
     if kind == "i":
@@ -186,13 +187,13 @@ def to_integer_matrix(points) -> np.ndarray:
     if kind == "O":
         return _object_to_ints(array)
     if kind == "b":
-        raise _InputError("point 0, coordinate 0: points are booleans; give integer coordinates", 0, n, d)
+        raise InputError("point 0, coordinate 0: points are booleans; give integer coordinates", 0, n, d)
     return _object_to_ints(array.astype(object))  # strings, complex, ...: names the first bad entry
 
 
 def _row_length(row, index: int) -> int:
     if isinstance(row, (str, bytes)) or not hasattr(row, "__len__"):
-        raise _InputError(f"point {index} is {row!r}, not a vector of integers", index)
+        raise InputError(f"point {index} is {row!r}, not a vector of integers", index)
     return len(row)
 
 
@@ -204,7 +205,7 @@ def _floats_to_ints(array: np.ndarray) -> np.ndarray:
         value = array[i, j].item()
         why = "is not finite" if not np.isfinite(value) else (
             "is not an integer" if value != np.round(value) else "is too large to be an exact float; pass a Python int")
-        raise _InputError(f"point {i}, coordinate {j}: {value!r} {why} (coordinates must be integers; "
+        raise InputError(f"point {i}, coordinate {j}: {value!r} {why} (coordinates must be integers; "
                           f"nothing is rounded)", i, n, d)
     return array.astype(np.int64)
 
@@ -229,26 +230,26 @@ def _exact_int(value, i: int, j: int, n: int, d: int) -> int:
     if isinstance(value, np.generic):
         value = value.item()  # plain Python number: exact, and shown without the numpy wrapper
     if isinstance(value, (bool, np.bool_)):
-        raise _InputError(f"{where}: {value!r} is a boolean, not an integer", i, n, d)
+        raise InputError(f"{where}: {value!r} is a boolean, not an integer", i, n, d)
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
         as_float = float(value)
         if not math.isfinite(as_float):
-            raise _InputError(f"{where}: {value!r} is not finite; coordinates must be integers", i, n, d)
+            raise InputError(f"{where}: {value!r} is not finite; coordinates must be integers", i, n, d)
         if isinstance(value, float | np.floating):
             if as_float != math.floor(as_float):
-                raise _InputError(f"{where}: {value!r} is not an integer (coordinates must be integers; nothing is rounded)", i, n, d)
+                raise InputError(f"{where}: {value!r} is not an integer (coordinates must be integers; nothing is rounded)", i, n, d)
             if abs(as_float) > FLOAT_EXACT_LIMIT:
-                raise _InputError(f"{where}: {value!r} is too large to be an exact float; pass a Python int", i, n, d)
+                raise InputError(f"{where}: {value!r} is too large to be an exact float; pass a Python int", i, n, d)
             return int(as_float)
         # Fraction, Decimal, ...: accept only when exactly integral.
         if value == int(value):
             return int(value)
-        raise _InputError(f"{where}: {value!r} is not an integer (coordinates must be integers; nothing is rounded)", i, n, d)
+        raise InputError(f"{where}: {value!r} is not an integer (coordinates must be integers; nothing is rounded)", i, n, d)
     if isinstance(value, (list, tuple, np.ndarray)):
-        raise _InputError(f"{where} is itself a sequence ({type(value).__name__}); points must be flat vectors", i, n, d)
-    raise _InputError(f"{where}: {value!r} ({type(value).__name__}) is not an integer", i, n, d)
+        raise InputError(f"{where} is itself a sequence ({type(value).__name__}); points must be flat vectors", i, n, d)
+    raise InputError(f"{where}: {value!r} ({type(value).__name__}) is not an integer", i, n, d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,35 +285,63 @@ def min_squared_distance(matrix: np.ndarray, sq_norms: np.ndarray | None = None)
     return _bigint_min(matrix.astype(object))
 
 
-def _blocked_min(matrix: np.ndarray, sq_norms: np.ndarray) -> tuple[int, tuple[int, int]]:
-    """Min over the upper triangle of the distance matrix, one row block at a time."""
+def _distance_blocks(matrix: np.ndarray, sq_norms: np.ndarray):
+    """Yield (start, dist): dist[r, c] = ||x_{start+r} - x_{start+c}||^2 for c > r, a sentinel for c <= r.
+
+    Each block comes out of a single matrix product of augmented rows,
+    [x_i, |x_i|^2, 1] . [-2 x_j, 1, |x_j|^2] = |x_i|^2 + |x_j|^2 - 2 <x_i, x_j>, so for float64
+    it is one BLAS call; for integer inputs every partial sum is an integer of magnitude
+    <= 4 d M^2, exact by the caller's choice of back end. Only columns j >= start are formed.
+    """
     n = matrix.shape[0]
+    ones = np.ones((n, 1), dtype=matrix.dtype)
+    left = np.hstack([matrix, sq_norms[:, None], ones])  # [n, d + 2]
+    right = np.hstack([-2 * matrix, ones, sq_norms[:, None]])  # [n, d + 2]
     block = max(1, min(n, BLOCK_ELEMENTS // n))
+    below_diagonal = np.tri(block, dtype=bool)  # [b, b]: column <= row, i.e. j <= i
     sentinel = np.inf if matrix.dtype == np.float64 else np.iinfo(np.int64).max
-    best, best_pair = None, (0, 1)
     for start in range(0, n - 1, block):
         stop = min(n, start + block)
-        rows = matrix[start:stop]  # [b, d]
-        cols = matrix[start:]  # [n - start, d]
-        dist = sq_norms[start:stop, None] + sq_norms[None, start:] - 2 * (rows @ cols.T)  # [b, n - start]
-        # Keep only j > i: inside this block, column c is point start + c, row r is start + r.
-        dist[np.tril_indices(stop - start, 0, dist.shape[1])] = sentinel
-        flat = int(np.argmin(dist))
-        r, c = divmod(flat, dist.shape[1])
-        value = dist[r, c]
-        if value != sentinel and (best is None or value < best):
-            best, best_pair = value, (start + r, start + c)
+        rows = stop - start
+        dist = left[start:stop] @ right[start:].T  # [b, n - start]
+        dist[:, :rows][below_diagonal[:rows, :rows]] = sentinel  # drop j <= i
+        yield start, dist
+
+
+def _blocked_min(matrix: np.ndarray, sq_norms: np.ndarray) -> tuple[int, tuple[int, int]]:
+    """Min over pairs i < j, block by block; returns (value, (i, j))."""
+    best, best_pair = None, (0, 1)
+    for start, dist in _distance_blocks(matrix, sq_norms):
+        r, c = divmod(int(np.argmin(dist)), dist.shape[1])
+        if best is None or dist[r, c] < best:
+            best, best_pair = dist[r, c], (start + r, start + c)
     return int(best), best_pair
 
 
 def _bigint_min(matrix: np.ndarray) -> tuple[int, tuple[int, int]]:
-    """Exact fallback with Python ints: row i against rows i+1..n-1 via object-array differences."""
-    n = matrix.shape[0]
-    best, best_pair = None, (0, 1)
-    for i in range(n - 1):
-        diff = matrix[i + 1:] - matrix[i]  # [n - i - 1, d] object
-        dist = (diff * diff).sum(axis=1)  # [n - i - 1] object (Python ints)
-        k = int(np.argmin(dist))
-        if best is None or dist[k] < best:
-            best, best_pair = int(dist[k]), (i, i + 1 + k)
+    """Exact min for coordinates beyond the int64 range: float64 screening, then Python ints.
+
+    Coordinates divided by the largest one M are floats in [-1, 1] (int / int rounds correctly,
+    even for huge ints); distances from them are off by far less than TOL (about 3e-13 for
+    d = 11: a few d^2 float64 roundings). Every pair whose screened distance is within 2 TOL of
+    the screened minimum -- which includes every exact minimiser -- is then recomputed exactly.
+    """
+    n, d = matrix.shape
+    largest = max(abs(int(v)) for v in matrix.flat)
+    scaled = np.array([[int(v) / largest for v in row] for row in matrix], dtype=np.float64)  # [n, d] in [-1, 1]
+    tol = 64 * d * d * np.finfo(np.float64).eps
+    screened_min = min(float(dist.min()) for _, dist in _distance_blocks(scaled, np.einsum("ij,ij->i", scaled, scaled)))
+    firsts, seconds = [], []
+    for start, dist in _distance_blocks(scaled, np.einsum("ij,ij->i", scaled, scaled)):
+        r, c = np.nonzero(dist <= screened_min + 2 * tol)
+        firsts.append(start + r)
+        seconds.append(start + c)
+    first, second = np.concatenate(firsts), np.concatenate(seconds)  # [m] candidate pairs, first < second
+    order = np.lexsort((second, first))
+    first, second = first[order], second[order]
+    exact = matrix.astype(object)
+    diff = exact[first] - exact[second]  # [m, d] Python ints
+    values = (diff * diff).sum(axis=1)  # [m] exact squared distances
+    k = int(np.argmin(values))
+    best, best_pair = int(values[k]), (int(first[k]), int(second[k]))
     return best, best_pair

@@ -1,0 +1,72 @@
+"""Benchmark: the exact vectorized verifier against the course's double-loop check.
+
+Run: `python bench/bench_kissing.py` (from the repository root). Prints the time per check for
+600 and 10,000 points and the speedup over the reference loop (targets: <= 5 ms for 600 points,
+<= 2 s for 10,000). The reference is timed on 600 points (and on a subset for 10,000, then
+scaled by the number of pairs, since the full loop would take minutes); the big-integer path
+(coordinates ~ 9e12) is timed too.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hw3lib.kissing import verify  # noqa: E402
+from hw3lib.kissing.constructions import best_known_construction  # noqa: E402
+
+
+def course_double_loop(points: np.ndarray) -> bool:
+    """The course's check: a Python double loop over pairs with numpy norms (the reference)."""
+    points = np.asarray(points, dtype=np.float64)
+    max_norm = max(np.linalg.norm(p) for p in points)
+    min_dist = np.inf
+    for i in range(len(points)):
+        for j in range(i + 1, len(points)):
+            min_dist = min(min_dist, np.linalg.norm(points[i] - points[j]))
+    return min_dist >= max_norm
+
+
+def best_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    code = best_known_construction()  # 582 valid points
+    sets = {
+        "582 (valid code construction)": code,
+        "600 random ints in [-50, 50]": rng.integers(-50, 51, size=(600, 11)),
+        "10,000 random ints in [-50, 50]": rng.integers(-50, 51, size=(10_000, 11)),
+    }
+    print(f"{'set':34s} {'verify':>10s} {'course loop':>12s} {'speedup':>9s}  verdict")
+    for name, points in sets.items():
+        n = len(points)
+        ours = best_time(lambda: verify(points), repeats=5 if n <= 1000 else 2)
+        if n <= 1000:
+            ref = best_time(lambda: course_double_loop(points), repeats=1)
+            ref_note = f"{ref:11.3f}s"
+        else:  # time 1,000 points and scale by the pair count (the loop is quadratic)
+            sub = points[:1000]
+            ref = best_time(lambda: course_double_loop(sub), repeats=1) * (n * (n - 1)) / (1000 * 999)
+            ref_note = f"~{ref:10.1f}s"
+        verdict = verify(points)
+        print(f"{name:34s} {ours * 1e3:8.2f}ms {ref_note} {ref / ours:8.0f}x  {verdict.valid} (min d^2 {verdict.min_sq_distance})")
+
+    big = code.astype(object) * (3 * 10**12)  # squares ~ 1e26: exact Python-int path
+    ours = best_time(lambda: verify(big), repeats=1)
+    print(f"{'582 scaled by 3e12 (big ints)':34s} {ours * 1e3:8.2f}ms {'-':>12s} {'-':>9s}  {verify(big).valid}")
+
+
+if __name__ == "__main__":
+    main()

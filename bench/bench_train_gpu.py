@@ -1,0 +1,173 @@
+"""Speed and memory of the training half of a GRPO step on a Qwen3-0.6B-shaped model (GPU).
+
+What is timed is exactly what `hw3lib.train.train` does after the rollouts are scored, for one
+optimizer step over a rollout batch: per microbatch, `get_response_log_probs` (with the
+per-token entropy the loop logs), `grpo_microbatch_train_step` (reinforce_with_baseline,
+masked_mean, backward), then gradient clipping and an AdamW step. Sizes (the course's): 256
+sequences of `--prompt-tokens` prompt + 1,024 response tokens, with microbatch sizes 2, 4 and
+8 (gradient accumulation 128, 64, 32). The model is `Qwen3ForCausalLM(qwen3_0p6b_config())`
+with random weights in bfloat16 (no hub access needed); tokens are random.
+
+Reported per microbatch size: seconds per optimizer step (median of `--repeats` after one
+warm-up), tokens/s (all tokens the model processes, prompt + response; response tokens/s too),
+model FLOPs utilisation MFU = 6 * n_params * tokens / time / peak, where n_params counts the
+tied embedding once (it is the lm_head matmul) and attention's T^2 FLOPs are left out, so MFU
+is slightly understated; peak is the GPU's dense bf16 tensor-core peak (H100 SXM / H200: 989
+TFLOP/s, H100 PCIe: 756, A100: 312; override with --peak-tflops), and peak memory
+(`torch.cuda.max_memory_allocated`).
+
+    .venv/bin/python bench/bench_train_gpu.py                 # on a GPU machine
+    .venv/bin/python bench/bench_train_gpu.py --small         # tiny sizes on CPU (a correctness run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hw3lib.grpo import grpo_microbatch_train_step  # noqa: E402
+from hw3lib.sft import get_response_log_probs, masked_mean  # noqa: E402
+
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
+
+
+def peak_tflops(device: torch.device, override: float | None) -> tuple[float | None, str]:
+    """The dense bf16 peak of this GPU (TFLOP/s) and where the number comes from."""
+    if override:
+        return override, "--peak-tflops"
+    if device.type != "cuda":
+        return None, "no peak for CPU"
+    name = torch.cuda.get_device_name(device)
+    for key, value in PEAK_BF16_TFLOPS.items():  # "H100 PCIe" is checked before "H100"
+        if key in name:
+            return value, f"{name}: dense bf16 datasheet peak"
+    return None, f"{name}: unknown peak (pass --peak-tflops)"
+
+
+def build_model(small: bool, device: torch.device, dtype: torch.dtype):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from hw3lib.tiny import qwen3_0p6b_config
+
+    if small:
+        config = Qwen3Config(vocab_size=1024, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                             num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
+                             tie_word_embeddings=True)
+    else:
+        config = qwen3_0p6b_config()
+    config.use_cache = False  # training forward: no KV cache to build
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).to(device=device, dtype=dtype)
+    model.train()
+    return model
+
+
+def make_batch(n: int, prompt_tokens: int, response_tokens: int, vocab: int, device: torch.device) -> dict:
+    """Random token sequences; the response mask covers the last `response_tokens` labels of each row."""
+    generator = torch.Generator().manual_seed(0)
+    full = torch.randint(0, vocab, (n, prompt_tokens + response_tokens), generator=generator)  # [N, L]
+    mask = torch.zeros_like(full, dtype=torch.bool)  # [N, L]
+    mask[:, prompt_tokens:] = True
+    return {"input_ids": full[:, :-1].to(device), "labels": full[:, 1:].to(device),  # [N, L-1]
+            "response_mask": mask[:, 1:].to(device),  # [N, L-1]
+            "advantages": torch.randn(n, 1, generator=generator).to(device)}  # [N, 1]
+
+
+def train_step(model, optimizer, batch: dict, micro: int) -> float:
+    """One optimizer step over the whole batch in microbatches of `micro`, as the training loop does."""
+    n = batch["input_ids"].shape[0]
+    accumulation = n // micro
+    entropy = 0.0
+    for start in range(0, n, micro):
+        rows = slice(start, start + micro)
+        out = get_response_log_probs(model, batch["input_ids"][rows], batch["labels"][rows], return_token_entropy=True)
+        grpo_microbatch_train_step(out["log_probs"], batch["response_mask"][rows], accumulation,
+                                   "reinforce_with_baseline", advantages=batch["advantages"][rows])
+        entropy += masked_mean(out["token_entropy"], batch["response_mask"][rows]).item() / accumulation
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return entropy
+
+
+def measure(args, micro: int, device: torch.device, dtype: torch.dtype) -> dict:
+    model = build_model(args.small, device, dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
+    batch = make_batch(args.sequences, args.prompt_tokens, args.response_tokens, model.config.vocab_size, device)
+    n_params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for repeat in range(1 + args.repeats):  # the first is a warm-up (allocator, kernels)
+        sync()
+        started = time.perf_counter()
+        entropy = train_step(model, optimizer, batch, micro)
+        sync()
+        if repeat:
+            times.append(time.perf_counter() - started)
+    seconds = statistics.median(times)
+    tokens = args.sequences * (args.prompt_tokens + args.response_tokens - 1)
+    peak, peak_source = peak_tflops(device, args.peak_tflops)
+    flops = 6 * n_params * tokens
+    return {
+        "micro_batch_size": micro, "gradient_accumulation_steps": args.sequences // micro,
+        "seconds_per_step": seconds, "tokens_per_s": tokens / seconds,
+        "response_tokens_per_s": args.sequences * args.response_tokens / seconds,
+        "model_tflops_per_s": flops / seconds / 1e12,
+        "mfu": None if peak is None else flops / seconds / (peak * 1e12), "peak_tflops": peak, "peak_source": peak_source,
+        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        "n_params": n_params, "finite_entropy": bool(entropy == entropy),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", action="store_true", help="tiny model and sizes (runs on CPU in seconds)")
+    parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    parser.add_argument("--micro", type=int, nargs="+", default=None, help="microbatch sizes (default 2 4 8)")
+    parser.add_argument("--sequences", type=int, default=None, help="sequences per optimizer step (default 256)")
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="prompt tokens per sequence (default 128)")
+    parser.add_argument("--response-tokens", type=int, default=None, help="response tokens per sequence (default 1024)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed steps after the warm-up")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="peak bf16 TFLOP/s for MFU")
+    args = parser.parse_args()
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu" and not args.small:
+        parser.error("the full-size benchmark needs a GPU; pass --small for the CPU correctness run")
+    args.micro = args.micro or [2, 4, 8]
+    args.sequences = args.sequences or (16 if args.small else 256)
+    args.prompt_tokens = args.prompt_tokens or (16 if args.small else 128)
+    args.response_tokens = args.response_tokens or (32 if args.small else 1024)
+    bad = [m for m in args.micro if args.sequences % m]
+    if bad:
+        parser.error(f"--sequences {args.sequences} is not divisible by microbatch sizes {bad}")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
+          f"dtype {dtype}, {args.sequences} sequences x ({args.prompt_tokens} prompt + {args.response_tokens} "
+          f"response) tokens, {'small' if args.small else 'Qwen3-0.6B'}-shaped model")
+    results = []
+    for micro in args.micro:
+        result = measure(args, micro, device, dtype)
+        results.append(result)
+        mfu = "n/a" if result["mfu"] is None else f"{100 * result['mfu']:.1f}%"
+        memory = "n/a" if result["peak_memory_gib"] is None else f"{result['peak_memory_gib']:.1f} GiB"
+        print(f"micro {micro:2d} (accum {result['gradient_accumulation_steps']:3d}): "
+              f"{result['seconds_per_step']:.3f} s/step, {result['tokens_per_s']:,.0f} tokens/s "
+              f"({result['response_tokens_per_s']:,.0f} response tokens/s), "
+              f"{result['model_tflops_per_s']:.1f} model TFLOP/s, MFU {mfu}, peak memory {memory}", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print(f"peak: {results[0]['peak_source']}; n_params {results[0]['n_params']:,}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

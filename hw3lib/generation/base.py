@@ -1,0 +1,181 @@
+"""What every rollout engine shares: the sampling settings, the `Sample` record and the rules.
+
+Both engines follow vLLM's conventions, so a rollout means the same thing whichever engine made it:
+
+- Prompts are tokenized by the engine's tokenizer without special tokens (as the training code
+  tokenizes them), and a prompt must leave room for at least one new token in the context.
+- A continuation ends at the first of: a stop string (`finish_reason="stop"`), an end-of-sequence
+  token (`"eos"`), or the token budget `max_tokens` / the context length (`"length"`).
+- Stop strings are searched in the decoded continuation only (never in the prompt), and only in
+  text produced after the first `min_tokens` tokens; the one that completes earliest wins (ties:
+  list order). `token_ids` and `logprobs` keep every token up to and including the one that
+  completes the stop string; `text` is cut right after the stop string
+  (`include_stop_str_in_output=True`) or right before it.
+- An EOS token is kept as the last entry of `token_ids` and `logprobs` (the policy must learn the
+  probability of stopping) but never appears in `text`.
+- `logprobs[t]` is log p(token_t | prompt, tokens_<t) under the model's RAW distribution: the
+  softmax of the unmodified logits, before temperature, top-p and the min-tokens EOS ban. That is
+  the quantity the policy's training log-probs compute, so importance ratios start at exactly 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+FINISH_REASONS = ("stop", "eos", "length")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How to sample continuations; the same object drives every engine."""
+
+    n: int = 1
+    """Samples per prompt."""
+    temperature: float = 1.0
+    """Softmax temperature for sampling; 0 means greedy decoding (argmax)."""
+    top_p: float = 1.0
+    """Nucleus sampling: sample from the smallest set of tokens whose probability reaches top_p (1 = off)."""
+    max_tokens: int = 1024
+    """Budget of new tokens per sample (the context length may cut it shorter)."""
+    min_tokens: int = 0
+    """EOS is forbidden, and stop strings are not checked, before this many tokens (training rollouts use 4)."""
+    stop: tuple[str, ...] = ("</answer>",)
+    """Stop strings: generation ends once the continuation contains one of them."""
+    include_stop_str_in_output: bool = True
+    """Keep the stop string at the end of `Sample.text` (the reward function needs `</answer>`)."""
+    seed: int | None = 0
+    """Seed of this call: same seed, prompts and weights -> same samples. None = nondeterministic.
+    Pass a different seed per call (e.g. seed + step) when every call must draw fresh samples."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        problems = []
+        if self.n < 1:
+            problems.append(f"n={self.n} (must be >= 1)")
+        if not self.temperature >= 0:
+            problems.append(f"temperature={self.temperature} (must be >= 0; 0 is greedy)")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p={self.top_p} (must be in (0, 1])")
+        if self.max_tokens < 1:
+            problems.append(f"max_tokens={self.max_tokens} (must be >= 1)")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            problems.append(f"min_tokens={self.min_tokens} (must be in [0, max_tokens={self.max_tokens}])")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            problems.append(f"stop={self.stop!r} (stop strings must be non-empty strings)")
+        if problems:
+            raise ValueError("invalid SamplingConfig: " + "; ".join(problems))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class Sample:
+    """One sampled continuation of one prompt."""
+
+    text: str
+    """The decoded continuation (no EOS token; cut after/before the stop string, see the module docstring)."""
+    token_ids: list[int]
+    """The sampled tokens, including the EOS or stop-completing token that ended the sample."""
+    logprobs: list[float]
+    """log p(token | prefix) of every entry of `token_ids` under the model's raw (temperature-1, unfiltered) distribution."""
+    finish_reason: str
+    """"stop" (a stop string), "eos" (end-of-sequence token) or "length" (token budget or context full)."""
+    mean_logprob: float = field(init=False)
+    """Mean of `logprobs`; NaN for an empty sample (cannot happen: every sample has >= 1 token)."""
+
+    def __post_init__(self) -> None:
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason {self.finish_reason!r} is not one of {FINISH_REASONS}")
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(f"{len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs")
+        self.mean_logprob = math.fsum(self.logprobs) / len(self.logprobs) if self.logprobs else math.nan
+
+
+def derive_seed(seed: int, index: int) -> int:
+    """A 31-bit seed for item `index` of a call seeded with `seed`.
+
+    Hashing (rather than seed + index) keeps calls with neighbouring seeds (seed + step in a
+    training loop) from reusing each other's random streams.
+    """
+    digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], max_model_len: int) -> list[list[int]]:
+    """Token ids of each prompt (no special tokens added), checked against the context length."""
+    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts must be a list of strings (wrap a single prompt in a list)")
+    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    for index, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"prompt {index} is empty: every prompt needs at least one token")
+        if len(ids) >= max_model_len:
+            raise ValueError(
+                f"prompt {index} has {len(ids)} tokens but the model's max length is {max_model_len}, "
+                "which leaves no room for a continuation: shorten the prompt, or raise the engine's "
+                "max_model_len (up to the model's max_position_embeddings)")
+    return encoded
+
+
+def decode(tokenizer, token_ids: Sequence[int]) -> str:
+    """Text of `token_ids` the way vLLM's detokenizer writes it (special tokens skipped, no clean-up)."""
+    return tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+def find_stop(tokenizer, token_ids: Sequence[int], stop: Sequence[str], min_tokens: int,
+              include_stop_str: bool) -> tuple[int, str] | None:
+    """Where the first stop string ends a continuation: (tokens to keep, text), or None.
+
+    Mirrors vLLM's detokenizer: only text produced after the first `min_tokens` tokens counts,
+    the stop string completing earliest in the text wins (ties: `stop` order), and the tokens
+    kept run up to and including the one that completes it.
+    """
+    if not stop or len(token_ids) <= min_tokens:
+        return None
+    text = decode(tokenizer, token_ids)
+    checked_from = len(decode(tokenizer, token_ids[:min_tokens])) if min_tokens else 0
+    best = None  # (end, start, stop string)
+    for stop_str in stop:
+        start = text.find(stop_str, max(0, checked_from - len(stop_str) + 1))
+        if start != -1 and (best is None or start + len(stop_str) < best[0]):
+            best = (start + len(stop_str), start, stop_str)
+    if best is None:
+        return None
+    end, start, stop_str = best
+    search_from = max(0, checked_from - len(stop_str) + 1)
+    # Smallest prefix whose text already holds this occurrence; "contains" only turns on once as
+    # the prefix grows, so a binary search finds it with O(log T) decodes.
+    low, high = min_tokens + 1, len(token_ids)
+    while low < high:
+        mid = (low + high) // 2
+        if decode(tokenizer, token_ids[:mid]).find(stop_str, search_from) != -1:
+            high = mid
+        else:
+            low = mid + 1
+    return low, text[:end] if include_stop_str else text[:start]
+
+
+def finish_continuation(tokenizer, token_ids: Sequence[int], logprobs: Sequence[float], eos_ids: set[int],
+                        sampling: SamplingConfig, budget: int) -> Sample:
+    """Cut a raw continuation (which may run past its end, e.g. padding) into a `Sample`.
+
+    `budget` is the most tokens this sample may have (max_tokens, or less when the context fills).
+    """
+    token_ids, logprobs = list(token_ids[:budget]), list(logprobs[:budget])
+    eos_at = next((t for t, token in enumerate(token_ids) if token in eos_ids and t >= sampling.min_tokens), None)
+    before_eos = token_ids if eos_at is None else token_ids[:eos_at]
+    stop = find_stop(tokenizer, before_eos, sampling.stop, sampling.min_tokens, sampling.include_stop_str_in_output)
+    if stop is not None:
+        keep, text = stop
+        return Sample(text=text, token_ids=token_ids[:keep], logprobs=logprobs[:keep], finish_reason="stop")
+    if eos_at is not None:
+        return Sample(text=decode(tokenizer, before_eos), token_ids=token_ids[:eos_at + 1],
+                      logprobs=logprobs[:eos_at + 1], finish_reason="eos")
+    return Sample(text=decode(tokenizer, token_ids), token_ids=token_ids, logprobs=logprobs, finish_reason="length")

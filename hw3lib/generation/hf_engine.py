@@ -1,0 +1,235 @@
+"""The transformers rollout engine: batched `model.generate` with a KV cache.
+
+The fallback when vLLM is absent and the fast path on CPU. It either loads a model (`tiny`, a
+directory, a hub id) or wraps an existing module -- the training loop passes its policy and
+tokenizer, so rollouts come from the very weights being trained and `load_weights` is a copy of
+each tensor onto itself (skipped when the storage is shared).
+
+How each `SamplingConfig` field is honoured (conventions: hw3lib.generation.base):
+
+- prompts are left-padded by hand into batches of `batch_size` sequences (n samples of a prompt
+  are n rows), decoded with the dynamic KV cache, or with `static_cache=True` a preallocated
+  `StaticCache` (`cache_implementation="static"`), which `compile=True` lets transformers wrap
+  in `torch.compile` on a GPU;
+- temperature / top-p / the min-tokens EOS ban are logits processors we build ourselves, placed
+  behind `RawLogprobRecorder`, so HF's own processors stay off (top_k=0, temperature=1 in the
+  `GenerationConfig`) and the recorder sees the model's raw float32 logits;
+- stop strings: HF's `StopStringCriteria` on the continuation only (and only after `min_tokens`
+  tokens) ends a row early; `finish_continuation` then cuts text, tokens and log-probs exactly;
+- seeds: each batch samples under `torch.random.fork_rng` seeded with `derive_seed(seed, batch)`,
+  so results are reproducible and the caller's global RNG is left untouched.
+
+Log-probs: `output_logits=True` would keep every step's [B, V] float32 logits alive until the
+end ([B, T, V]: 40 GB for 64 x 1024 tokens of Qwen3's 151,936 vocabulary). `RawLogprobRecorder`
+sees the same raw logits one step at a time, keeps one step's [B, V] log-softmax and gathers the
+sampled token's entry when the next step reveals it (tests check it equals the `output_logits`
+route).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from hw3lib.generation.base import Sample, SamplingConfig, derive_seed, encode_prompts, finish_continuation
+
+
+class RawLogprobRecorder:
+    """Logits processor that records log p(sampled token) under the raw logits, leaving scores unchanged.
+
+    It must be the first processor to see the scores (the engine guarantees it). At step t it
+    receives the raw logits of step t and the tokens so far, whose last column is the token
+    sampled at step t-1.
+    """
+
+    def __init__(self) -> None:
+        self.pending: torch.Tensor | None = None  # [B, V] log-softmax of the last step
+        self.gathered: list[torch.Tensor] = []  # T-1 entries of [B]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.pending is not None:
+            self.gathered.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))  # [B]
+        self.pending = torch.log_softmax(scores.float(), dim=-1)  # [B, V]
+        return scores
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """[B, T] log-probs of all T sampled tokens, given the tokens sampled at the last step."""
+        if self.pending is None:
+            raise RuntimeError("RawLogprobRecorder saw no generation step: was it passed to generate?")
+        steps = [*self.gathered, self.pending.gather(1, last_tokens[:, None]).squeeze(1)]  # T x [B]
+        self.pending = None
+        return torch.stack(steps, dim=1)  # [B, T]
+
+
+class ContinuationStopStrings:
+    """Stopping criterion: HF's stop-string matcher applied to the continuation past `min_tokens` only."""
+
+    def __init__(self, criteria, prompt_length: int, min_tokens: int) -> None:
+        self.criteria, self.prompt_length, self.min_tokens = criteria, prompt_length, min_tokens
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        continuation = input_ids[:, self.prompt_length:]  # [B, t]
+        if continuation.shape[1] <= self.min_tokens:
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # [B]
+        return self.criteria(continuation, scores)  # [B]
+
+
+class TransformersEngine:
+    """Rollouts with transformers' `generate` (see the module docstring)."""
+
+    def __init__(self, model="tiny", tokenizer=None, *, device: str = "cpu", dtype: str = "float32",
+                 batch_size: int = 64, static_cache: bool = False, compile: bool = False,
+                 max_model_len: int | None = None, progress: bool = True) -> None:
+        """`model`: `tiny`, a model directory, a hub id, or a loaded module (then pass its `tokenizer`;
+        `device` and `dtype` are the module's own). `batch_size`: sequences per `generate` call.
+        `static_cache` (+ `compile`): the GPU speed path. `max_model_len`: context length (default:
+        the model's max_position_embeddings). `progress`: tqdm bar over batches."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+            from hw3lib.tiny import load_model_and_tokenizer
+
+            self.model_name = str(model)
+            model, loaded_tokenizer = load_model_and_tokenizer(str(model), device=device, dtype=dtype)
+            tokenizer = tokenizer or loaded_tokenizer
+            model.eval()
+        elif tokenizer is None:
+            raise ValueError("TransformersEngine(model=<module>) also needs tokenizer=<its tokenizer>")
+        else:
+            self.model_name = getattr(model, "name_or_path", None) or type(model).__name__
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.static_cache, self.compile, self.progress = batch_size, static_cache, compile, progress
+        self.max_model_len = max_model_len or model.config.max_position_embeddings
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self._stop_criteria: dict[tuple[str, ...], object] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingConfig = SamplingConfig()) -> list[list[Sample]]:
+        """For each prompt, `sampling.n` samples (in prompt order)."""
+        from tqdm.auto import tqdm
+
+        encoded = encode_prompts(self.tokenizer, prompts, self.max_model_len)
+        rows = [ids for ids in encoded for _ in range(sampling.n)]  # sample j of prompt i is row i * n + j
+        starts = range(0, len(rows), self.batch_size)
+        samples: list[Sample] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch_index, start in enumerate(tqdm(starts, desc="generate", unit="batch",
+                                                     disable=not self.progress or len(starts) < 2)):
+                seed = None if sampling.seed is None else derive_seed(sampling.seed, batch_index)
+                samples.extend(self._generate_batch(rows[start:start + self.batch_size], sampling, seed))
+        finally:
+            self.model.train(was_training)
+        return [samples[i * sampling.n:(i + 1) * sampling.n] for i in range(len(encoded))]
+
+    def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Sample]:
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+        from transformers.generation.logits_process import (
+            MinNewTokensLengthLogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper)
+
+        device = self.device
+        width = max(len(ids) for ids in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # [B, L]
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, L]
+        for row, ids in enumerate(rows):  # left padding: every continuation starts at column `width`
+            input_ids[row, width - len(ids):] = torch.tensor(ids)
+            attention_mask[row, width - len(ids):] = 1
+        budgets = [min(sampling.max_tokens, self.max_model_len - len(ids)) for ids in rows]
+
+        recorder = RawLogprobRecorder()
+        processors = [recorder]  # first: it must see the raw logits
+        if sampling.min_tokens:
+            processors.append(MinNewTokensLengthLogitsProcessor(width, sampling.min_tokens, sorted(self.eos_ids), device))
+        if not sampling.greedy and sampling.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(sampling.temperature))
+        if not sampling.greedy and sampling.top_p < 1.0:
+            processors.append(TopPLogitsWarper(sampling.top_p))
+        stopping = StoppingCriteriaList()
+        if sampling.stop:
+            stopping.append(ContinuationStopStrings(self._stop_criterion(sampling.stop), width, sampling.min_tokens))
+        config = GenerationConfig(
+            max_new_tokens=max(budgets), do_sample=not sampling.greedy, num_beams=1,
+            # Neutral values switch off HF's own processors (None would inherit the model's defaults,
+            # e.g. Qwen3's temperature 0.6 / top_k 20); ours above implement the sampling config.
+            temperature=1.0, top_p=1.0, top_k=None if sampling.greedy else 0, min_p=None, repetition_penalty=1.0, min_new_tokens=0,
+            eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
+            return_dict_in_generate=True, use_cache=True,
+            cache_implementation="static" if self.static_cache else None, disable_compile=not self.compile,
+        )
+        devices = [device] if device.type == "cuda" else []
+        rng = torch.random.fork_rng(devices=devices) if seed is not None else contextlib.nullcontext()
+        with rng, torch.inference_mode():
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                      generation_config=config, logits_processor=LogitsProcessorList(processors),
+                                      stopping_criteria=stopping)
+        continuations = out.sequences[:, width:]  # [B, T]
+        logprobs = recorder.finish(out.sequences[:, -1])  # [B, T]
+        return [finish_continuation(self.tokenizer, tokens, lps, self.eos_ids, sampling, budget)
+                for tokens, lps, budget in zip(continuations.tolist(), logprobs.tolist(), budgets)]
+
+    def _stop_criterion(self, stop: tuple[str, ...]):
+        """HF's stop-string matcher for `stop` (its set-up scans the vocabulary, so it is cached)."""
+        if stop not in self._stop_criteria:
+            from transformers import StopStringCriteria
+
+            self._stop_criteria[stop] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop))
+        return self._stop_criteria[stop]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | dict) -> int:
+        """Copy (name, tensor) pairs (a policy's `state_dict()` names) into the engine's module.
+
+        Returns how many tensors were copied; tensors that already share storage with the
+        engine's (the engine wraps the policy module itself) are skipped.
+        """
+        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
+        targets = self.model.state_dict(keep_vars=True)
+        copied = 0
+        with torch.no_grad():
+            for name, tensor in items:
+                if name not in targets:
+                    raise KeyError(f"load_weights: the engine's model has no tensor named {name!r} "
+                                   f"(it has e.g. {', '.join(list(targets)[:3])}): pass the policy's state_dict() names")
+                target = targets[name]
+                if target.shape != tensor.shape:
+                    raise ValueError(f"load_weights: {name} has shape {tuple(tensor.shape)} but the engine's "
+                                     f"is {tuple(target.shape)}: is this the same architecture?")
+                if target.data_ptr() != tensor.data_ptr():
+                    target.copy_(tensor)
+                    copied += 1
+        return copied
+
+    def sleep(self, level: int = 1) -> None:
+        """No-op: the transformers engine holds no KV cache between calls (its memory is the model's)."""
+
+    def wake_up(self) -> None:
+        """No-op: see `sleep`."""
+
+    def close(self) -> None:
+        """Drop the engine's references to the model and free cached GPU memory."""
+        self.model = None
+        self._stop_criteria.clear()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    """End-of-sequence ids: the tokenizer's plus the model's generation config's (Qwen3 lists two)."""
+    ids = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (tokenizer.eos_token_id, configured):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value is not None:
+            ids.update(int(v) for v in value)
+    if not ids:
+        raise ValueError("the tokenizer and model define no eos_token_id: set tokenizer.eos_token")
+    return ids

@@ -1,0 +1,121 @@
+"""`hw3 kissing ...`: evaluate a program, verify a point set, run an LLM discovery loop.
+
+    hw3 kissing evaluate program.py [--timeout 60]
+    hw3 kissing verify points.json
+    hw3 kissing discover --loop agentic|best_of_n|hybrid --iterations K --out DIR [--replay file.json]
+
+`evaluate` and `verify` print the metrics as JSON and the evaluator's message; they exit 0 for
+invalid programs or sets (that is a result, not an error) and 2 with a clear message when the file
+is missing or unreadable. `discover` talks to $HW3_LLM_BASE_URL (see hw3lib.kissing.llm) or
+replays recorded replies with --replay.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+LOOP_CHOICES = ("agentic", "best_of_n", "hybrid")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def evaluate(program: Path = typer.Argument(..., help="Python file defining run_code() / get_centers() / points"),
+             timeout: float = typer.Option(60.0, "--timeout", help="Wall-clock limit for the program (s)"),
+             memory_mb: int = typer.Option(2048, "--memory-mb", help="Address-space limit for the program (MiB)")):
+    """Run a candidate program in the sandbox and print the course's metrics (JSON) and the message."""
+    from hw3lib.kissing.evaluator import evaluate_program
+
+    if not program.is_file():
+        _fail(f"{program}: no such program file (give the path to a .py file)")
+    metrics = evaluate_program(program, timeout_s=timeout, memory_mb=memory_mb)
+    message = metrics.pop("message")
+    typer.echo(json.dumps(metrics, indent=2))
+    typer.echo(message)
+
+
+def verify(points_file: Path = typer.Argument(..., help="JSON file: a list of integer vectors or {\"points\": [...]}"),
+           dimension: int = typer.Option(11, "--dimension", help="Required dimension")):
+    """Check a point set exactly and print its verdict (JSON) and the message."""
+    from hw3lib.kissing.verify import verify as verify_points
+
+    if not points_file.is_file():
+        _fail(f"{points_file}: no such points file")
+    try:
+        data = json.loads(points_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        _fail(f"{points_file}: not valid JSON ({exc}); expected a list of integer vectors")
+    points = data.get("points") if isinstance(data, dict) else data
+    if points is None:
+        _fail(f"{points_file}: a JSON object needs a 'points' key holding the list of vectors")
+    result = verify_points(points, dimension=dimension)
+    typer.echo(json.dumps({"valid": result.valid, "num_points": result.num_points, "dimension": result.dimension,
+                           "score": result.score, "min_sq_distance": result.min_sq_distance,
+                           "max_sq_norm": result.max_sq_norm, "offending_pair": result.offending_pair,
+                           "offending_point": result.offending_point}, indent=2))
+    typer.echo(result.message)
+
+
+def discover(loop: str = typer.Option("agentic", "--loop", help="agentic | best_of_n | hybrid"),
+             iterations: int = typer.Option(5, "--iterations", min=1, help="Iterations (best_of_n: samples N)"),
+             out: Path = typer.Option(..., "--out", help="Run directory for candidates, logs and the report"),
+             replay: Path | None = typer.Option(None, "--replay", help="Replay recorded replies from this JSON file"),
+             timeout: float = typer.Option(60.0, "--timeout", help="Per-program evaluation limit (s)"),
+             polish_seconds: float = typer.Option(10.0, "--polish-seconds", help="hybrid: local-search time per program"),
+             polish_iterations: int | None = typer.Option(None, "--polish-iterations",
+                                                          help="hybrid: also stop the search after this many steps"),
+             history_turns: int = typer.Option(3, "--history-turns", help="agentic/hybrid: past exchanges resent"),
+             workers: int = typer.Option(1, "--workers", help="best_of_n: concurrent requests"),
+             seed: int = typer.Option(0, "--seed"),
+             overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier run in --out"),
+             base_url: str | None = typer.Option(None, "--base-url", help="Default: $HW3_LLM_BASE_URL"),
+             model: str | None = typer.Option(None, "--model", help="Default: $HW3_LLM_MODEL or the server's model"),
+             temperature: float = typer.Option(0.6, "--temperature"),
+             max_tokens: int = typer.Option(8192, "--max-tokens")):
+    """Run an LLM-guided discovery loop; writes candidates/, evaluations.jsonl, conversation_log.json, report.md."""
+    from hw3lib.kissing.llm import ChatClient, LLMError, ScriptedResponder
+    from hw3lib.kissing.loops import discover as run_loop
+
+    if loop not in LOOP_CHOICES:
+        _fail(f"--loop {loop!r}: choose one of {', '.join(LOOP_CHOICES)}")
+    try:
+        if replay is not None:
+            responder = ScriptedResponder(replay)
+        else:
+            responder = ChatClient(base_url, model, temperature=temperature, max_tokens=max_tokens)
+    except LLMError as exc:
+        _fail(str(exc))
+    options: dict = {"timeout_s": timeout, "seed": seed, "overwrite": overwrite}
+    if loop == "best_of_n":
+        options["workers"] = workers
+    else:
+        options["history_turns"] = history_turns
+    if loop == "hybrid":
+        options["polish_seconds"] = polish_seconds
+        options["polish_iterations"] = polish_iterations
+    try:
+        result = run_loop(loop, responder, out, iterations, **options)
+    except FileExistsError as exc:
+        _fail(str(exc))
+    except LLMError as exc:
+        _fail(f"{exc} (the files written so far are in {out})")
+    typer.echo(f"best score {result.best_score:g} (iteration {result.best_iteration}); "
+               f"scores per iteration: {', '.join(f'{s:g}' for s in result.scores)}")
+    typer.echo(f"log: {result.log_path}")
+    typer.echo(f"report: {result.report_path}")
+
+
+def register(app: typer.Typer, name: str) -> None:
+    """Add the `kissing` sub-app to the `hw3` command line."""
+    sub = typer.Typer(add_completion=False, no_args_is_help=True,
+                      help="The 11-dimensional kissing problem: evaluate a program, verify a point set, "
+                           "run an LLM-guided discovery loop.")
+    sub.command("evaluate")(evaluate)
+    sub.command("verify")(verify)
+    sub.command("discover")(discover)
+    app.add_typer(sub, name=name)

@@ -1,0 +1,472 @@
+"""LLM-guided discovery loops for the 11-dimensional kissing problem, each fully logged.
+
+Three loops, all talking to a `Responder` (`ChatClient` live, `ScriptedResponder` in CI) and
+scoring every candidate with the sandboxed `evaluate_program`:
+
+(a) `agentic_refinement`: generate a program -> evaluate -> send back the exact evaluator message
+    (traceback, verifier verdict) or the score with a request for more points -> repeat k times.
+    The conversation sent each time is the system and task prompts plus the last
+    `history_turns` exchanges (Qwen3-32B has a 32k-token context); when the best program falls
+    out of that window its code is quoted in the feedback. Past replies are sent without their
+    <think> block, as Qwen3's chat template does.
+(b) `best_of_n`: N independent samples of the same prompt (distinct seeds), the exact verifier
+    as the selector: the best valid sample wins.
+(c) `hybrid`: as (a), but each program's output seeds `search.local_search`, which polishes it
+    (adds points, keeps the set valid); the step's score is the better of the two valid sets and
+    both numbers are fed back.
+
+Every run directory holds `candidates/iter_XXX.py` (every extracted program), `evaluations.jsonl`
+(one row per iteration), `conversation_log.json` (every message, reply, usage, timing and
+evaluation; `steps[i].sent` lists the transcript indices sent for that call), `best_program.py`,
+and at the end `report.md` + `score_vs_iteration.png` (hybrid runs also keep the polished points
+as `candidates/iter_XXX_polished.json`). Files are rewritten atomically after every iteration,
+so an interrupted run leaves a consistent log.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import string
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hw3lib.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from hw3lib.kissing.evaluator import evaluate_program
+from hw3lib.kissing.llm import ChatReply, Responder
+
+LOOPS = ("agentic", "best_of_n", "hybrid")
+PROMPTS_FILE = Path(__file__).with_name("prompts.md")
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+
+
+def load_prompts(path: str | Path = PROMPTS_FILE) -> dict[str, str]:
+    """The `## name` sections of prompts.md as {name: text}."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: prompts file not found (it ships with hw3lib.kissing)")
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return {name: "\n".join(lines).strip() for name, lines in sections.items()}
+
+
+def fill(template: str, **values: Any) -> str:
+    """`string.Template` substitution that names the missing placeholder."""
+    try:
+        return string.Template(template).substitute({k: str(v) for k, v in values.items()})
+    except KeyError as exc:
+        raise KeyError(f"prompt placeholder ${exc.args[0]} has no value; pass it or edit prompts.md") from None
+
+
+def task_prompt(prompts: dict[str, str], *, dimension: int, timeout_s: float, hybrid: bool = False,
+                polish_seconds: float = 0.0) -> str:
+    task = fill(prompts["task"], dimension=dimension, timeout_s=f"{timeout_s:g}", starter=prompts["starter"])
+    if hybrid:
+        return fill(prompts["hybrid_task"], task=task, polish_seconds=f"{polish_seconds:g}")
+    return task
+
+
+# ---------------------------------------------------------------------------------------------
+# Code extraction
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_ENTRY_POINT = re.compile(r"^\s*(def\s+(run_code|get_centers)\s*\(|points\s*=)", re.MULTILINE)
+NO_CODE_MESSAGE = ("I could not find a ```python code block in your reply, so nothing was evaluated. "
+                   "Reply with the complete program inside one ```python ... ``` block.")
+
+
+def strip_thinking(text: str) -> str:
+    """Drop Qwen3's <think>...</think> blocks (an unclosed one runs to the end of the text)."""
+    text = _THINK.sub("", text)
+    if "<think>" in text:
+        text = text[:text.index("<think>")]
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class Extraction:
+    code: str | None
+    """The chosen program, or None."""
+    error: str | None
+    """Why no program was found (fed back to the model verbatim)."""
+    num_blocks: int = 0
+
+
+def extract_python_code(text: str) -> Extraction:
+    """The program in a reply: among ```python fences (thinking excluded), the last one that defines
+    run_code/get_centers/points, else the longest; unlabelled fences only when no labelled one exists."""
+    visible = strip_thinking(text)
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(visible)]
+    python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
+    if not python:
+        python = [body for lang, body in blocks if lang == ""]
+    python = [body.strip("\n") for body in python if body.strip()]
+    if not python:
+        if re.search(r"```[ \t]*(python|py)", visible):
+            return Extraction(None, "Your reply was cut off inside the ```python block (no closing ```), so "
+                                    "nothing was evaluated. Reply with a shorter, complete program in one "
+                                    "```python block.")
+        return Extraction(None, NO_CODE_MESSAGE)
+    with_entry = [body for body in python if _ENTRY_POINT.search(body)]
+    code = with_entry[-1] if with_entry else max(python, key=len)
+    return Extraction(code + "\n", None, len(python))
+
+
+# ---------------------------------------------------------------------------------------------
+# Run recording
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class RunRecorder:
+    """Keeps the transcript, the steps and the files of one run directory consistent on disk."""
+
+    OUTPUTS = ("conversation_log.json", "evaluations.jsonl", "best_program.py", "best_points.json", "report.md",
+               "score_vs_iteration.png")
+
+    def __init__(self, run_dir: str | Path, *, loop: str, responder: Responder, settings: dict,
+                 overwrite: bool = False):
+        self.run_dir = Path(run_dir)
+        if (self.run_dir / "conversation_log.json").exists():
+            if not overwrite:
+                raise FileExistsError(f"{self.run_dir} already holds a run (conversation_log.json); choose another "
+                                      "directory or pass overwrite=True (CLI: --overwrite) to replace it")
+            # Remove only what a run writes, so stale candidates cannot mix with the new ones.
+            for name in self.OUTPUTS:
+                (self.run_dir / name).unlink(missing_ok=True)
+            for old in (self.run_dir / "candidates").glob("iter_*"):
+                old.unlink()
+        (self.run_dir / "candidates").mkdir(parents=True, exist_ok=True)
+        self.responder = responder
+        self.log: dict[str, Any] = {
+            "loop": loop, "model": getattr(responder, "model", "unknown"),
+            "responder": type(responder).__name__, "started": _now(), "finished": None,
+            "settings": settings, "messages": [], "steps": [], "usage": {}, "best": None,
+        }
+        self._start = time.perf_counter()
+
+    @property
+    def messages(self) -> list[dict]:
+        return self.log["messages"]
+
+    @property
+    def steps(self) -> list[dict]:
+        return self.log["steps"]
+
+    def add_message(self, role: str, content: str, step: int | None) -> int:
+        self.messages.append({"index": len(self.messages), "role": role, "content": content, "step": step})
+        return len(self.messages) - 1
+
+    def best_step(self) -> dict | None:
+        """The first step reaching the highest score (None before any valid set)."""
+        valid = [s for s in self.steps if s["score"] > 0]
+        return max(valid, key=lambda s: (s["score"], -s["iteration"])) if valid else None
+
+    def write_candidate(self, iteration: int, code: str) -> Path:
+        path = self.run_dir / "candidates" / f"iter_{iteration:03d}.py"
+        atomic_write_text(path, code)
+        return path
+
+    def record(self, step: dict) -> None:
+        """Add a finished step and rewrite the evaluations and the log atomically."""
+        previous = self.best_step()
+        step["best_score"] = max(step["score"], previous["score"] if previous else 0.0)
+        self.steps.append(step)
+        best = self.best_step()
+        if best is not None and best is step and step.get("code"):
+            atomic_write_text(self.run_dir / "best_program.py", step["code"])
+            polish = step.get("polish") or {}
+            if polish.get("points_file") and polish["score"] >= step["evaluation"]["combined_score"]:
+                # the polished set is not reproducible from the program alone: keep its points
+                text = (self.run_dir / polish["points_file"]).read_text(encoding="utf-8")
+                atomic_write_text(self.run_dir / "best_points.json", text)
+        self.flush()
+
+    def flush(self, finished: bool = False) -> None:
+        best = self.best_step()
+        self.log["best"] = None if best is None else {
+            "score": best["score"], "iteration": best["iteration"], "candidate": best["candidate"]}
+        self.log["usage"] = {**self.responder.usage.to_dict(), "wall_s": time.perf_counter() - self._start}
+        if finished:
+            self.log["finished"] = _now()
+        rows = [{"iteration": s["iteration"], "candidate": s["candidate"], **s["evaluation"],
+                 **({"polished_score": s["polish"]["score"]} if s.get("polish") else {}),
+                 "score": s["score"], "best_score": s["best_score"]} for s in self.steps]
+        atomic_write_jsonl(self.run_dir / "evaluations.jsonl", rows)
+        atomic_write_json(self.run_dir / "conversation_log.json", self.log)
+
+
+def _no_code_evaluation(error: str) -> dict:
+    return {"num_points": 0, "dimension": 0, "validity": 0.0, "eval_time": 0.0, "combined_score": 0.0,
+            "message": error, "status": "no_code"}
+
+
+def _evaluate_reply(recorder: RunRecorder, iteration: int, reply: ChatReply, *, timeout_s: float,
+                    memory_mb: int) -> tuple[Extraction, str | None, dict]:
+    """Extract, store and evaluate the program in `reply` (a no-code reply scores 0 with a clear message)."""
+    extraction = extract_python_code(reply.content)
+    if extraction.code is None:
+        error = extraction.error
+        if reply.finish_reason == "length":
+            error += " (Your reply hit the max_tokens limit: think less and write the program sooner.)"
+        return extraction, None, _no_code_evaluation(error)
+    path = recorder.write_candidate(iteration, extraction.code)
+    evaluation = evaluate_program(path, timeout_s=timeout_s, memory_mb=memory_mb)
+    return extraction, str(path.relative_to(recorder.run_dir)), evaluation
+
+
+def _new_step(iteration: int, sent: list[int], reply: ChatReply, reply_index: int, extraction: Extraction,
+              candidate: str | None, evaluation: dict, wall_s: float) -> dict:
+    return {"iteration": iteration, "sent": sent, "reply_message": reply_index, "reply": reply.to_dict(),
+            "code_found": extraction.code is not None, "code": extraction.code, "candidate": candidate,
+            "evaluation": evaluation, "score": float(evaluation["combined_score"]), "polish": None,
+            "feedback": None, "feedback_message": None, "wall_s": wall_s}
+
+
+# ---------------------------------------------------------------------------------------------
+# Hybrid: local search polishes the program's output
+
+
+def program_points(path: str | Path, *, timeout_s: float, memory_mb: int) -> list | None:
+    """The points a candidate program returns, run in the evaluator's sandbox (None when it fails)."""
+    import shutil
+    import tempfile
+
+    from hw3lib.kissing import evaluator
+
+    # evaluate_program returns metrics only; the hybrid loop also needs the points themselves, so it
+    # reuses the evaluator's sandbox runner with the same limits.
+    workdir = Path(tempfile.mkdtemp(prefix="kissing_points_"))
+    try:
+        outcome = evaluator._run_in_sandbox(Path(path).read_text(encoding="utf-8"), workdir, timeout_s, memory_mb)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return outcome.get("points") if outcome.get("ok") else None
+
+
+def polish_candidate(recorder: RunRecorder, step: dict, *, dimension: int, time_limit_s: float, seed: int,
+                     timeout_s: float, memory_mb: int, iterations: int | None = None) -> dict:
+    """Run the local search from the program's valid output; verify and store the polished set.
+
+    The search runs over the equal-norm shell of the program's largest squared norm (so the set
+    stays valid) for `time_limit_s` seconds, or `iterations` steps if that comes first (set it for
+    reproducible runs: a time limit depends on the machine).
+    """
+    from hw3lib.kissing.search import local_search
+    from hw3lib.kissing.verify import verify
+
+    evaluation = step["evaluation"]
+    base = {"time_limit_s": time_limit_s, "iterations": iterations, "seed": seed, "initial_points": 0, "num_points": 0, "score": 0.0,
+            "points_file": None, "search_s": 0.0}
+    if not evaluation["validity"]:
+        return {**base, "status": "skipped",
+                "message": "skipped: the program gave no valid set to start from (fix it first)"}
+    points = program_points(recorder.run_dir / step["candidate"], timeout_s=timeout_s, memory_mb=memory_mb)
+    if points is None:
+        return {**base, "status": "skipped", "message": "skipped: re-running the program for its points failed"}
+    norm_sq = max(sum(int(c) * int(c) for c in p) for p in points)
+    start = time.perf_counter()
+    try:
+        result = local_search(initial_points=points, norm_sq=norm_sq, seed=seed, iterations=iterations,
+                              time_limit_s=time_limit_s, dimension=dimension)
+    except ValueError as exc:  # e.g. a shell too large to enumerate for this norm
+        return {**base, "status": "skipped", "initial_points": len(points), "message": f"skipped: {exc}"}
+    search_s = time.perf_counter() - start
+    polished = [[int(c) for c in p] for p in result.points]
+    check = verify(polished, dimension=dimension)
+    points_file = recorder.run_dir / "candidates" / f"iter_{step['iteration']:03d}_polished.json"
+    atomic_write_json(points_file, {"iteration": step["iteration"], "norm_sq": norm_sq, "valid": check.valid,
+                                    "points": polished}, indent=None)
+    verdict = (f"{len(points)} -> {check.num_points} points on the squared-norm-{norm_sq} shell"
+               if check.valid else f"the polished set failed verification ({check.message})")
+    return {**base, "status": "valid" if check.valid else "invalid", "initial_points": len(points),
+            "num_points": check.num_points, "score": float(check.score), "norm_sq": norm_sq,
+            "points_file": str(points_file.relative_to(recorder.run_dir)), "search_s": search_s,
+            "message": verdict}
+
+
+# ---------------------------------------------------------------------------------------------
+# Feedback
+
+
+def _best_program_note(prompts: dict[str, str], recorder: RunRecorder, window_start: int) -> str:
+    """Quote the best program when the next request's history window no longer contains it."""
+    best = recorder.best_step()
+    if best is None or best["iteration"] >= window_start or not best.get("code"):
+        return ""
+    return "\n\n" + fill(prompts["best_program"], code=best["code"].rstrip()) + "\n"
+
+
+def feedback_message(prompts: dict[str, str], step: dict, recorder: RunRecorder, window_start: int) -> str:
+    """The user message answering `step`: the exact evaluator message and the best score so far."""
+    best = recorder.best_step()
+    common = {"best_score": f"{best['score']:g}" if best else "0 (no valid set yet)",
+              "best_iteration": best["iteration"] if best else "-",
+              "best_program": _best_program_note(prompts, recorder, window_start)}
+    evaluation = step["evaluation"]
+    if step.get("polish") is not None:
+        polish = step["polish"]
+        program_verdict = (f"VALID, {evaluation['num_points']} points. {evaluation['message']}"
+                           if evaluation["validity"] else f"score 0 ({evaluation['status']}): {evaluation['message']}")
+        budget = f"{polish['time_limit_s']:g} s" + (f" or {polish['iterations']} steps" if polish["iterations"] else "")
+        return fill(prompts["feedback_hybrid"], program_verdict=program_verdict, polish_verdict=polish["message"],
+                    polish_budget=budget, **common)
+    if evaluation["status"] == "no_code":
+        return fill(prompts["feedback_no_code"], message=evaluation["message"], **common)
+    if evaluation["validity"]:
+        return fill(prompts["feedback_valid"], score=evaluation["num_points"], message=evaluation["message"], **common)
+    return fill(prompts["feedback_invalid"], status=evaluation["status"], message=evaluation["message"], **common)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loops
+
+
+@dataclass(frozen=True)
+class DiscoveryResult:
+    run_dir: Path
+    best_score: float
+    best_iteration: int | None
+    scores: list[float]
+    """Score of each iteration's candidate (0 for invalid ones)."""
+    best_scores: list[float]
+    """Best score after each iteration."""
+    log_path: Path
+    report_path: Path
+
+
+def _finish(recorder: RunRecorder) -> DiscoveryResult:
+    from hw3lib.kissing.report import write_report
+
+    recorder.flush(finished=True)
+    report_path = write_report(recorder.run_dir)
+    best = recorder.best_step()
+    return DiscoveryResult(recorder.run_dir, best["score"] if best else 0.0, best["iteration"] if best else None,
+                           [s["score"] for s in recorder.steps], [s["best_score"] for s in recorder.steps],
+                           recorder.run_dir / "conversation_log.json", report_path)
+
+
+def _check(iterations: int, loop: str) -> None:
+    if not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f"{loop}: iterations must be a positive int, got {iterations!r}")
+
+
+def agentic_refinement(responder: Responder, run_dir: str | Path, iterations: int, *, timeout_s: float = 60,
+                       memory_mb: int = 2048, history_turns: int | None = 3, dimension: int = 11,
+                       prompts: dict[str, str] | None = None, polish_seconds: float | None = None,
+                       polish_iterations: int | None = None, seed: int = 0, overwrite: bool = False) -> DiscoveryResult:
+    """Loop (a): program -> evaluation -> exact feedback -> next program, for `iterations` rounds.
+
+    With `polish_seconds` set this is loop (c), `hybrid`: each program's output is polished by the
+    local search (for `polish_seconds`, or `polish_iterations` steps if sooner) and both scores are
+    fed back.
+    """
+    hybrid = polish_seconds is not None
+    loop = "hybrid" if hybrid else "agentic"
+    _check(iterations, loop)
+    if history_turns is not None and history_turns < 1:
+        # the latest exchange carries the feedback: without it the loop would not refine anything
+        raise ValueError(f"{loop}: history_turns must be >= 1 or None (all), got {history_turns}")
+    prompts = prompts or load_prompts()
+    settings = {"iterations": iterations, "timeout_s": timeout_s, "memory_mb": memory_mb,
+                "history_turns": history_turns, "dimension": dimension, "seed": seed}
+    if hybrid:
+        settings["polish_seconds"] = polish_seconds
+        settings["polish_iterations"] = polish_iterations
+    recorder = RunRecorder(run_dir, loop=loop, responder=responder, settings=settings, overwrite=overwrite)
+    system = recorder.add_message("system", prompts["system"], None)
+    task = recorder.add_message("user", task_prompt(prompts, dimension=dimension, timeout_s=timeout_s,
+                                                   hybrid=hybrid, polish_seconds=polish_seconds or 0.0), None)
+    for iteration in range(1, iterations + 1):
+        start = time.perf_counter()
+        done = len(recorder.steps)
+        earlier = recorder.steps if history_turns is None else recorder.steps[max(0, done - history_turns):]
+        sent = [system, task] + [i for s in earlier for i in (s["reply_message"], s["feedback_message"])]
+        reply = responder.chat([{"role": recorder.messages[i]["role"], "content": recorder.messages[i]["content"]}
+                                for i in sent])
+        # History carries the reply without its thinking (Qwen3's template drops it too); the log keeps all.
+        reply_index = recorder.add_message("assistant", strip_thinking(reply.content), iteration)
+        extraction, candidate, evaluation = _evaluate_reply(recorder, iteration, reply, timeout_s=timeout_s,
+                                                            memory_mb=memory_mb)
+        step = _new_step(iteration, sent, reply, reply_index, extraction, candidate, evaluation, 0.0)
+        if hybrid:
+            step["polish"] = polish_candidate(recorder, step, dimension=dimension, time_limit_s=polish_seconds,
+                                              seed=seed + iteration, timeout_s=timeout_s, memory_mb=memory_mb,
+                                              iterations=polish_iterations)
+            step["score"] = max(step["score"], step["polish"]["score"])
+        step["wall_s"] = time.perf_counter() - start
+        recorder.record(step)
+        if iteration < iterations:
+            # The window the *next* request will see starts at this iteration minus history_turns - 1.
+            window_start = 1 if history_turns is None else iteration - history_turns + 1
+            step["feedback"] = feedback_message(prompts, step, recorder, window_start)
+            step["feedback_message"] = recorder.add_message("user", step["feedback"], iteration)
+            recorder.flush()
+    return _finish(recorder)
+
+
+def best_of_n(responder: Responder, run_dir: str | Path, n: int, *, timeout_s: float = 60, memory_mb: int = 2048,
+              dimension: int = 11, workers: int = 1, seed: int = 0,
+              prompts: dict[str, str] | None = None, overwrite: bool = False) -> DiscoveryResult:
+    """Loop (b): `n` independent samples of one prompt; the exact verifier selects the best valid set.
+
+    `workers` > 1 sends the requests concurrently (a vLLM server batches them); sample i always
+    uses seed `seed + i`, and samples are evaluated and logged in sample order.
+    """
+    _check(n, "best_of_n")
+    prompts = prompts or load_prompts()
+    settings = {"iterations": n, "timeout_s": timeout_s, "memory_mb": memory_mb, "dimension": dimension,
+                "workers": workers, "seed": seed}
+    recorder = RunRecorder(run_dir, loop="best_of_n", responder=responder, settings=settings, overwrite=overwrite)
+    sent = [recorder.add_message("system", prompts["system"], None),
+            recorder.add_message("user", task_prompt(prompts, dimension=dimension, timeout_s=timeout_s), None)]
+    messages = [{"role": recorder.messages[i]["role"], "content": recorder.messages[i]["content"]} for i in sent]
+
+    def sample(i: int) -> tuple[ChatReply, float]:
+        start = time.perf_counter()
+        return responder.chat(messages, seed=seed + i), time.perf_counter() - start
+
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            samples = list(pool.map(sample, range(n)))
+    else:
+        samples = [sample(i) for i in range(n)]
+    for iteration, (reply, chat_s) in enumerate(samples, start=1):
+        start = time.perf_counter()
+        reply_index = recorder.add_message("assistant", strip_thinking(reply.content), iteration)
+        extraction, candidate, evaluation = _evaluate_reply(recorder, iteration, reply, timeout_s=timeout_s,
+                                                            memory_mb=memory_mb)
+        recorder.record(_new_step(iteration, list(sent), reply, reply_index, extraction, candidate, evaluation,
+                                  chat_s + time.perf_counter() - start))
+    return _finish(recorder)
+
+
+def hybrid(responder: Responder, run_dir: str | Path, iterations: int, *, polish_seconds: float = 10.0,
+           **kwargs: Any) -> DiscoveryResult:
+    """Loop (c): the LLM proposes starting configurations, the local search polishes them."""
+    return agentic_refinement(responder, run_dir, iterations, polish_seconds=polish_seconds, **kwargs)
+
+
+def discover(loop: str, responder: Responder, run_dir: str | Path, iterations: int, **kwargs: Any) -> DiscoveryResult:
+    """Run the loop called `loop` (agentic | best_of_n | hybrid)."""
+    if loop == "agentic":
+        return agentic_refinement(responder, run_dir, iterations, **kwargs)
+    if loop == "best_of_n":
+        return best_of_n(responder, run_dir, iterations, **kwargs)
+    if loop == "hybrid":
+        return hybrid(responder, run_dir, iterations, **kwargs)
+    raise ValueError(f"unknown loop {loop!r}: choose one of {', '.join(LOOPS)}")

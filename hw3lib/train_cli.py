@@ -1,0 +1,50 @@
+"""`hw3 train`: run the GRPO loop from the shell (a thin wrapper over hw3lib.train.train).
+
+Examples:
+
+    hw3 train --profile smoke                      # the CPU run that shows GRPO learning
+    hw3 train --profile full --name grpo_gsm8k     # the course's settings on a GPU
+    hw3 train --profile full --name grpo_gsm8k --resume   # continue after an interruption
+
+Outputs go to runs/<name>/ (config.json, metrics.jsonl, samples/, checkpoints/).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+
+def train_command(
+    profile: Optional[str] = typer.Option(None, help="smoke or full (default: $HW3_PROFILE, else full on a GPU)."),
+    steps: Optional[int] = typer.Option(None, min=1, help="Number of GRPO steps (default: the profile's)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from runs/<name>'s latest checkpoint."),
+    name: Optional[str] = typer.Option(None, help="Run name (default: the profile's, e.g. grpo_smoke)."),
+    loss_type: Optional[str] = typer.Option(None, help="no_baseline, reinforce_with_baseline, grpo_clip, grpo_no_clip."),
+    learning_rate: Optional[float] = typer.Option(None, help="AdamW learning rate (default: the profile's)."),
+    eval_every: Optional[int] = typer.Option(None, min=1, help="Validate every this many GRPO steps."),
+    seed: Optional[int] = typer.Option(None, help="Seed (default: the profile's)."),
+) -> None:
+    """Train a policy with GRPO; print the final validation metrics."""
+    from hw3lib.train import train
+    from hw3lib.train_config import GRPOConfig
+
+    overrides = {key: value for key, value in {
+        "n_grpo_steps": steps, "name": name, "loss_type": loss_type, "learning_rate": learning_rate,
+        "eval_every": eval_every, "seed": seed}.items() if value is not None}
+    try:
+        cfg = GRPOConfig.for_profile(profile, **overrides)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    result = train(cfg, resume=resume)
+    final = result.eval_rows[-1] if result.eval_rows else {}
+    typer.echo(json.dumps({key: value for key, value in final.items() if key.startswith("eval/")}, indent=2))
+    typer.echo(f"{result.grpo_steps} GRPO steps ({result.optimizer_steps} optimizer steps, "
+               f"{result.skipped_steps} skipped) in {result.elapsed_s:.1f}s; outputs in {result.run_dir}")
+
+
+def register(app: typer.Typer, name: str) -> None:
+    """Add the training command to the `hw3` app as `hw3 <name>`."""
+    app.command(name=name, help=__doc__)(train_command)

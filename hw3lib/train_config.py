@@ -1,0 +1,299 @@
+"""The GRPO run's configuration: one frozen dataclass, a docstring per field, derived values computed once.
+
+`GRPOConfig()` holds the course's defaults (Qwen3-0.6B on GSM8K, 200 GRPO steps of 256 rollouts
+in groups of 8, AdamW at 1e-5, REINFORCE with a group baseline and std-normalized advantages).
+`GRPOConfig.for_profile("smoke")` gives the CPU settings that show GRPO learning in minutes: the
+tiny offline model, briefly warm-started with SFT on two-number arithmetic word problems, then
+GRPO on the same synthetic task with small batches and short generations.
+
+A "GRPO step" is one rollout batch: `rollout_batch_size` responses (`group_size` per question)
+followed by `epochs_per_rollout_batch` passes over them in optimizer steps of `train_batch_size`
+responses, each accumulated over `gradient_accumulation_steps` microbatches. The course's sanity
+checks run in `__post_init__` and say which values clash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
+LENGTH_NORMALIZATIONS = ("masked_mean", "constant")
+PROMPTS = ("r1_zero", "question_only")
+ENGINES = ("vllm", "transformers")
+BUILTIN_DATASETS = ("gsm8k", "arithmetic")
+# Loss types whose importance ratio needs the log-probs of the policy that sampled the rollouts.
+RATIO_LOSSES = ("grpo_clip", "grpo_no_clip")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    # --- run identity -------------------------------------------------------------------------
+    name: str = "grpo"
+    """Run name: outputs go to `runs/<name>/` (config.json, metrics.jsonl, samples/, checkpoints/)."""
+    profile: str = "full"
+    """`smoke` (CPU, tiny model, arithmetic) or `full` (GPU, the course's settings); informational once built."""
+    seed: int = 0
+    """Seed for question sampling, rollouts (each step seeds its own sampling) and torch."""
+
+    # --- model, data, prompt --------------------------------------------------------------------
+    model: str = "Qwen/Qwen3-0.6B"
+    """Initial policy: `tiny`, a hub id or a local directory (also the frozen KL reference)."""
+    dtype: str = "bfloat16"
+    """Policy (and engine) dtype: `bfloat16` on GPU, `float32` on CPU."""
+    dataset: str = "gsm8k"
+    """Training questions: `gsm8k`, `arithmetic` (synthetic two-number word problems) or a MATH-style jsonl path."""
+    eval_dataset: str | None = None
+    """Held-out questions; None: GSM8K test split / fresh arithmetic problems / the jsonl's last `n_eval_examples` rows."""
+    n_train_examples: int | None = None
+    """Cap on training questions (None: all; arithmetic: how many problems to generate)."""
+    arithmetic_max_operand: int = 99
+    """Largest operand of the synthetic arithmetic problems."""
+    prompt: str = "r1_zero"
+    """Prompt template `r1_zero` or `question_only`; it also picks the matching reward function."""
+
+    # --- optional SFT warm start (smoke profile: so the tiny model's reward is not always zero) ---
+    warm_start_steps: int = 0
+    """SFT steps on arithmetic solutions before GRPO (0: start GRPO from `model` directly). Cached by its settings."""
+    warm_start_lr: float = 1e-3
+    """SFT learning rate of the warm start."""
+    warm_start_batch_size: int = 32
+    """SFT batch size of the warm start."""
+    warm_start_examples: int = 2048
+    """Arithmetic problems the warm start trains on (a different seed from GRPO's questions)."""
+
+    # --- rollouts --------------------------------------------------------------------------------
+    engine: str = "vllm"
+    """Rollout engine: `vllm` (full) or `transformers` (smoke: wraps the policy module itself)."""
+    policy_device: str = "cuda:0"
+    """Torch device of the policy being trained."""
+    rollout_device: str = "cuda:0"
+    """Device of the rollout engine: the policy's GPU (colocated) or a second GPU."""
+    gpu_memory_utilization: float = 0.85
+    """Fraction of the rollout device's memory vLLM may take (colocated: leave room for training)."""
+    n_grpo_steps: int = 200
+    """Number of rollout batches (GRPO steps)."""
+    rollout_batch_size: int = 256
+    """Responses per GRPO step (= questions per step x group_size)."""
+    group_size: int = 8
+    """Responses sampled per question; advantages are normalized within each group."""
+    sampling_temperature: float = 1.0
+    """Rollout sampling temperature."""
+    sampling_top_p: float = 1.0
+    """Rollout nucleus-sampling mass."""
+    sampling_min_tokens: int = 4
+    """Minimum response length (the course: 4, so no empty responses)."""
+    sampling_max_tokens: int = 1024
+    """Generation budget per response; responses that hit it are counted as truncated."""
+
+    # --- optimisation -------------------------------------------------------------------------------
+    learning_rate: float = 1e-5
+    """AdamW learning rate (constant, no schedule)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping threshold on the global L2 norm."""
+    epochs_per_rollout_batch: int = 1
+    """Passes over each rollout batch (> 1 is off-policy)."""
+    train_batch_size: int = 256
+    """Responses per optimizer step (< rollout_batch_size is off-policy after the first step)."""
+    gradient_accumulation_steps: int = 128
+    """Microbatches per optimizer step."""
+    loss_type: str = "reinforce_with_baseline"
+    """`no_baseline`, `reinforce_with_baseline`, `grpo_clip` or `grpo_no_clip` (hw3lib.grpo)."""
+    use_std_normalization: bool = True
+    """Divide group-centred rewards by the group's std (+ advantage_eps)."""
+    advantage_eps: float = 1e-6
+    """Added to the group std before dividing."""
+    cliprange: float = 0.2
+    """Trust region of grpo_clip: the ratio is clipped to [1 - cliprange, 1 + cliprange]."""
+    length_normalization: str = "masked_mean"
+    """`masked_mean` (divide by each response's length) or `constant` (divide by `length_normalization_constant`)."""
+    length_normalization_constant: float | None = None
+    """Normalizer of `constant` length normalization; None: `sampling_max_tokens`."""
+
+    # --- evaluation, logging, checkpoints --------------------------------------------------------
+    eval_every: int = 10
+    """Validate every this many GRPO steps (and before the first and after the last)."""
+    n_eval_examples: int = 1024
+    """Held-out questions per validation (the course: >= 1,024 in the full profile)."""
+    eval_temperature: float = 0.0
+    """Validation sampling temperature; 0 = greedy decoding (a deterministic, low-variance estimate)."""
+    n_eval_samples_saved: int = 4
+    """Validation rollouts written to `samples/step_XXXX.jsonl` each time."""
+    monitor_kl: bool = False
+    """Log KL(pi || pi_ref) to the initial policy (k1, k3); costs a frozen reference copy and a forward pass."""
+    checkpoint_every: int = 20
+    """Save a resumable checkpoint every this many GRPO steps (and at the end); 0: only at the end."""
+    wandb_project: str | None = None
+    """Also log to this Weights & Biases project (None: off; wandb is only imported when set)."""
+
+    # --- derived (computed once in __post_init__, saved with the config) ------------------------------
+    micro_train_batch_size: int = field(init=False)
+    """train_batch_size // gradient_accumulation_steps."""
+    n_prompts_per_rollout_batch: int = field(init=False)
+    """rollout_batch_size // group_size."""
+    n_microbatches_per_rollout_batch: int = field(init=False)
+    """rollout_batch_size // micro_train_batch_size."""
+    optimizer_steps_per_rollout_batch: int = field(init=False)
+    """rollout_batch_size // train_batch_size (per epoch)."""
+    off_policy: bool = field(init=False)
+    """True when the policy changes between sampling and some gradient step (needs old log-probs)."""
+
+    def __post_init__(self) -> None:
+        self._check()
+        derived = {
+            "micro_train_batch_size": self.train_batch_size // self.gradient_accumulation_steps,
+            "n_prompts_per_rollout_batch": self.rollout_batch_size // self.group_size,
+            "optimizer_steps_per_rollout_batch": self.rollout_batch_size // self.train_batch_size,
+        }
+        derived["n_microbatches_per_rollout_batch"] = self.rollout_batch_size // derived["micro_train_batch_size"]
+        derived["off_policy"] = self.epochs_per_rollout_batch > 1 or derived["optimizer_steps_per_rollout_batch"] > 1
+        for key, value in derived.items():
+            object.__setattr__(self, key, value)  # frozen: derived fields are set exactly once, here
+
+    def _check(self) -> None:
+        """The course's sanity checks plus argument validation; each message names the clashing values."""
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(f"GRPOConfig: {message}")
+
+        for name in ("n_grpo_steps", "rollout_batch_size", "group_size", "train_batch_size",
+                     "gradient_accumulation_steps", "epochs_per_rollout_batch", "sampling_max_tokens",
+                     "n_eval_examples", "eval_every"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and value >= 1, f"{name} must be a positive int, got {value!r}")
+        need(self.train_batch_size % self.gradient_accumulation_steps == 0,
+             f"train_batch_size={self.train_batch_size} must be divisible by "
+             f"gradient_accumulation_steps={self.gradient_accumulation_steps}")
+        need(self.rollout_batch_size % self.group_size == 0,
+             f"rollout_batch_size={self.rollout_batch_size} must be divisible by group_size={self.group_size}")
+        need(self.train_batch_size >= self.group_size,
+             f"train_batch_size={self.train_batch_size} must be >= group_size={self.group_size}")
+        need(self.rollout_batch_size % self.train_batch_size == 0,
+             f"rollout_batch_size={self.rollout_batch_size} must be divisible by "
+             f"train_batch_size={self.train_batch_size}")
+        need(self.loss_type in LOSS_TYPES, f"loss_type={self.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
+        need(self.length_normalization in LENGTH_NORMALIZATIONS,
+             f"length_normalization={self.length_normalization!r}: choose one of {', '.join(LENGTH_NORMALIZATIONS)}")
+        need(self.length_normalization_constant is None or self.length_normalization_constant > 0,
+             f"length_normalization_constant={self.length_normalization_constant!r} must be positive (or None)")
+        need(self.prompt in PROMPTS, f"prompt={self.prompt!r}: choose one of {', '.join(PROMPTS)}")
+        need(self.engine in ENGINES, f"engine={self.engine!r}: choose one of {', '.join(ENGINES)}")
+        need(self.dataset in BUILTIN_DATASETS or self.dataset.endswith(".jsonl"),
+             f"dataset={self.dataset!r}: choose gsm8k, arithmetic or a path to a .jsonl file")
+        need(not self.use_std_normalization or self.group_size >= 2,
+             f"use_std_normalization=True needs group_size >= 2 (got group_size={self.group_size})")
+        need(0.0 < self.sampling_top_p <= 1.0, f"sampling_top_p={self.sampling_top_p} must be in (0, 1]")
+        need(self.sampling_temperature > 0, f"sampling_temperature={self.sampling_temperature} must be > 0 "
+             "(rollouts must be sampled; greedy rollouts give zero-variance groups)")
+        need(0 <= self.sampling_min_tokens <= self.sampling_max_tokens,
+             f"sampling_min_tokens={self.sampling_min_tokens} must be between 0 and "
+             f"sampling_max_tokens={self.sampling_max_tokens}")
+        need(self.cliprange > 0, f"cliprange={self.cliprange} must be > 0")
+        need(self.learning_rate > 0 and self.max_grad_norm > 0,
+             f"learning_rate={self.learning_rate} and max_grad_norm={self.max_grad_norm} must be > 0")
+        need(self.checkpoint_every >= 0, f"checkpoint_every={self.checkpoint_every} must be >= 0")
+        need(self.warm_start_steps >= 0, f"warm_start_steps={self.warm_start_steps} must be >= 0")
+        need(0.0 < self.gpu_memory_utilization <= 1.0,
+             f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        need(self.name and "/" not in self.name and self.name not in (".", ".."),
+             f"name={self.name!r} must be a plain folder name (it becomes runs/<name>)")
+
+    # --- convenience ------------------------------------------------------------------------------
+    @property
+    def length_normalizer(self) -> float:
+        """The constant of `constant` length normalization (default: the generation budget)."""
+        return float(self.length_normalization_constant or self.sampling_max_tokens)
+
+    @property
+    def needs_old_log_probs(self) -> bool:
+        """Old log-probs are computed (once per rollout batch) only for ratio losses trained off-policy.
+
+        On-policy, the sampling policy *is* the current one, so its log-probs are the current
+        log-probs detached (ratio exactly 1) and the extra forward pass is skipped.
+        """
+        return self.loss_type in RATIO_LOSSES and self.off_policy
+
+    def replace(self, **changes) -> "GRPOConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """The whole config, one `field = value` per line (printed at the start of every run)."""
+        return "\n".join(f"  {key} = {value!r}" for key, value in self.to_dict().items())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "GRPOConfig":
+        """Rebuild from `to_dict()` output (derived fields are recomputed; unknown keys are an error)."""
+        init_fields = {f.name for f in dataclasses.fields(cls) if f.init}
+        derived = {f.name for f in dataclasses.fields(cls) if not f.init}
+        unknown = set(data) - init_fields - derived
+        if unknown:
+            raise ValueError(f"GRPOConfig.from_dict: unknown fields {sorted(unknown)}; "
+                             "was the config saved by a different version of hw3lib?")
+        kwargs = {key: value for key, value in data.items() if key in init_fields}
+        if "adam_betas" in kwargs:
+            kwargs["adam_betas"] = tuple(kwargs["adam_betas"])  # JSON turns the tuple into a list
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "GRPOConfig":
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read a GRPOConfig ({exc})") from None
+
+    @classmethod
+    def for_profile(cls, profile_name: str | None = None, **overrides) -> "GRPOConfig":
+        """The settings of a profile (`smoke` or `full`; None: $HW3_PROFILE / GPU present), with overrides."""
+        from hw3lib.config import get_profile
+
+        prof = get_profile(profile_name)
+        base = {
+            "profile": prof.name, "model": prof.model, "dtype": prof.dtype, "engine": prof.engine,
+            "policy_device": "cuda:0" if prof.device == "cuda" else prof.device,
+            "rollout_device": "cuda:0" if prof.device == "cuda" else prof.device,
+            "gpu_memory_utilization": prof.gpu_memory_utilization, "seed": prof.seed,
+        }
+        if prof.name == "smoke":
+            base.update(_SMOKE)
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls) if f.init}
+        if unknown:
+            raise ValueError(f"GRPOConfig.for_profile: unknown settings {sorted(unknown)}")
+        return cls(**{**base, **overrides})
+
+
+# The smoke profile: GRPO visibly learning on 2 CPU cores within minutes. The tiny model is warm
+# started with a short SFT on arithmetic solutions (so some rollouts are right and groups have
+# reward variance), then trained with a much larger learning rate than the course's 1e-5 (the
+# tiny model's weights are O(0.1) and few steps are affordable) on small batches of short
+# generations: an R1-Zero arithmetic answer is about 20 tokens.
+_SMOKE = {
+    "name": "grpo_smoke",
+    "dataset": "arithmetic",
+    "arithmetic_max_operand": 99,
+    "n_train_examples": 4096,
+    "warm_start_steps": 150,
+    "warm_start_lr": 2e-3,
+    "warm_start_batch_size": 32,
+    "warm_start_examples": 2048,
+    "n_grpo_steps": 30,
+    "rollout_batch_size": 64,
+    "group_size": 8,
+    "train_batch_size": 64,
+    "gradient_accumulation_steps": 2,
+    "sampling_max_tokens": 32,
+    "sampling_min_tokens": 4,
+    "learning_rate": 3e-4,
+    "eval_every": 5,
+    "n_eval_examples": 128,
+    "checkpoint_every": 10,
+}
