@@ -117,7 +117,8 @@ def main() -> None:
     ours_cpu_rate, reference_cpu_rate = len(rows) / ours_cpu_s, len(subset) / reference_cpu_s
     print(f"responses: {len(rows)} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})")
     print(f"ours (r1_zero_reward_fn, fast path + math-verify fallback): {ours_rate:,.0f} responses/s wall, "
-          f"{ours_cpu_rate:,.0f} responses/s of CPU time ({ours_s:.2f} s wall, mean reward {sum(ours) / len(ours):.3f})")
+          f"{ours_cpu_rate:,.0f} responses/s of CPU time ({ours_s:.2f} s wall, "
+          f"mean reward {sum(ours) / len(ours):.3f})")
     print(f"reference (format gate + math_verify parse/verify, defaults) on {len(subset)}: "
           f"{reference_rate:,.0f} responses/s wall, {reference_cpu_rate:,.0f} responses/s of CPU time "
           f"({reference_s:.2f} s wall)")

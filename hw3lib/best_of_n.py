@@ -15,7 +15,9 @@ off the same samples:
   sample index; a missing or NaN log-probability ranks below every real one. Best@1 == pass@1.
 - `maj@N`: majority vote over the extracted answers of the first N samples after
   `normalize_answer` ("18", "18.0", "$18" and "18.00" vote together, as do "1,800" and
-  "1800"). Samples without an extracted answer (unformatted responses, None) do not vote; a
+  "1800"; the grader's normalisation, so votes merge exactly when the grader would call them
+  equal numbers). Answers are extracted as the prompt's reward function extracts them
+  (`ANSWER_EXTRACTORS`). Samples without an answer (unformatted responses, None) do not vote; a
   prompt where no sample votes counts as wrong. Ties between equally large groups go to the group
   whose first member comes first. The winning group is scored by the grader's verdict
   (`correct`) on its first member, so maj@N uses the same answer checker as every other metric
@@ -30,8 +32,6 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -127,50 +127,78 @@ def majority_at_n(correct: np.ndarray, answers: Sequence[Sequence[str | None]], 
     return hits / correct.shape[0]
 
 
-_BOXED = re.compile(r"^\\(?:boxed|fbox)\{(.*)\}$", re.S)
-_FRAC = re.compile(r"^-?\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$")
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
-
-
 def normalize_answer(answer: str | None) -> str | None:
-    """Canonical form for voting: numbers as exact fractions ("18.0" -> "18", "0.5" -> "1/2"), else trimmed lowercase text.
+    """Canonical form of an answer for voting, using the grader's own normalisation (hw3lib.rewards).
 
-    Strips `\\boxed{}`, `$` and `\\$`, a trailing period, thousands separators and surrounding
-    spaces. Returns None for None or an empty answer (such samples do not vote).
+    Presentation is stripped as the grader strips it (`\\boxed{}`, `$`, `\\text{}`, units, a
+    trailing period, thousands separators); plain numbers become exact fractions, so "18", "18.0",
+    "$18" and "18 dollars" all give "18" and "0.5", "1/2" and "\\frac{1}{2}" give "1/2". Other
+    answers keep their normalised text (case kept: x and X differ in maths). None or an empty
+    answer gives None (such samples do not vote).
     """
-    if answer is None:
+    from hw3lib.rewards import normalize_answer as grader_normalize, parse_plain_number
+
+    if answer is None or not answer.strip():
         return None
-    text = answer.strip()
-    boxed = _BOXED.match(text)
-    if boxed:
-        text = boxed.group(1).strip()
-    text = text.replace("\\$", "").replace("$", "").strip().rstrip(".").strip()
-    text = _THOUSANDS.sub("", text)
-    frac = _FRAC.match(text.replace(" ", ""))
-    if frac and int(frac.group(2)) != 0:
-        sign = -1 if text.replace(" ", "").startswith("-") else 1
-        return _fraction_text(sign * Fraction(int(frac.group(1)), int(frac.group(2))))
-    try:
-        value = Fraction(Decimal(text)) if "/" not in text else Fraction(text)
-        return _fraction_text(value)
-    except (InvalidOperation, ValueError, ZeroDivisionError, OverflowError):
-        pass
-    text = " ".join(text.lower().split())
+    text = grader_normalize(answer)
+    value = parse_plain_number(text)
+    if value is not None:
+        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
     return text or None
 
 
-def _fraction_text(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+def extract_r1_zero_answer(response: str) -> str | None:
+    """The answer `r1_zero_reward_fn` grades, or None when the response is unformatted.
+
+    Same contract as the reward: formatted iff it contains "</think> <answer>" and "</answer>";
+    the answer is the text after the last `<answer>` without `</answer>`, or the content of its
+    `\\boxed{}` (None for an unclosed box).
+    """
+    from hw3lib.data import extract_boxed_answer
+
+    if not isinstance(response, str) or "</think> <answer>" not in response or "</answer>" not in response:
+        return None
+    answer = response.rsplit("<answer>", 1)[1].replace("</answer>", "").strip()
+    if "\\boxed" in answer or "\\fbox" in answer:
+        return extract_boxed_answer(answer)
+    return answer or None
 
 
-def results_from_rows(rows: Sequence[dict], extract_answer: Callable[[str], str | None]) -> SampleResults:
+_LAST_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+
+
+def extract_question_only_answer(response: str) -> str | None:
+    """The answer `question_only_reward_fn` grades: the last `\\boxed{}`, else the last number, else None."""
+    from hw3lib.data import extract_boxed_answer
+
+    if not isinstance(response, str):
+        return None
+    boxed = extract_boxed_answer(response)
+    if boxed is not None:
+        return boxed
+    numbers = _LAST_NUMBER.findall(response)
+    return numbers[-1] if numbers else None
+
+
+ANSWER_EXTRACTORS = {"r1_zero": extract_r1_zero_answer, "question_only": extract_question_only_answer}
+"""Answer extraction matching each prompt's reward function (hw3lib.rewards), by prompt name."""
+
+
+def results_from_rows(rows: Sequence[dict], extract_answer: Callable[[str], str | None] | str = "r1_zero"
+                      ) -> SampleResults:
     """Per-sample results from `generations.jsonl` rows (see hw3lib.evaluation).
 
-    Correct means `answer_reward == 1`; `extract_answer(text)` gives the answer that votes.
+    Correct means `answer_reward == 1`; `extract_answer(text)` (a function, or a prompt name in
+    `ANSWER_EXTRACTORS`) gives the answer that votes.
     Every row must have the same number of generations.
     """
     if not rows:
         raise ValueError("no rows: run the evaluation first (hw3lib.evaluation.evaluate)")
+    if isinstance(extract_answer, str):
+        if extract_answer not in ANSWER_EXTRACTORS:
+            raise ValueError(f"no answer extractor for prompt {extract_answer!r}: choose one of "
+                             f"{', '.join(ANSWER_EXTRACTORS)} or pass a function")
+        extract_answer = ANSWER_EXTRACTORS[extract_answer]
     n = len(rows[0]["generations"])
     correct, logprobs, answers = [], [], []
     for number, row in enumerate(rows):
@@ -198,6 +226,17 @@ def best_of_n_metrics(results: SampleResults, ns: Sequence[int] = DEFAULT_NS) ->
         "best_at_n": [best_at_n(results.correct, results.mean_logprob, n) for n in ns],
         "maj_at_n": [majority_at_n(results.correct, results.answers, n) for n in ns],
     }
+
+
+def flatten_metrics(metrics: dict) -> dict:
+    """One scalar per metric and N (`pass_at_4_first`, `pass_at_4_unbiased`, `best_at_4`, `maj_at_4`)."""
+    flat = {"num_prompts": metrics["num_prompts"], "n_samples": metrics["n_samples"]}
+    for i, n in enumerate(metrics["N"]):
+        flat[f"pass_at_{n}_first"] = metrics["pass_at_n_first"][i]
+        flat[f"pass_at_{n}_unbiased"] = metrics["pass_at_k_unbiased"][i]
+        flat[f"best_at_{n}"] = metrics["best_at_n"][i]
+        flat[f"maj_at_{n}"] = metrics["maj_at_n"][i]
+    return flat
 
 
 def write_metrics_json(metrics: dict, path: str | Path) -> Path:

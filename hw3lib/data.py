@@ -174,7 +174,8 @@ def load_math(source: str | os.PathLike, split: str = "test", limit: int | None 
                                 "'solution' fields per line (see data/README.md), or a hub dataset id")
         rows: Iterable[tuple[Any, dict]] = ((f"{path}:{line}", row) for line, row in _numbered_rows(path))
     else:
-        rows = ((f"{source} [{split}] row {index}", dict(row)) for index, row in enumerate(_hub_rows(str(source), split)))
+        hub_rows = enumerate(_hub_rows(str(source), split))
+        rows = ((f"{source} [{split}] row {index}", dict(row)) for index, row in hub_rows)
     records = []
     for where, row in rows:
         if limit is not None and len(records) >= limit:

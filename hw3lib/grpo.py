@@ -123,13 +123,15 @@ def compute_grpo_no_clip_loss(advantages: torch.Tensor, policy_log_probs: torch.
     return -ratio * adv, {"ratio_mean": ratio.detach().mean()}  # [B, T]
 
 
-def compute_policy_gradient_loss(policy_log_probs: torch.Tensor, loss_type: str, raw_rewards: torch.Tensor | None = None,
+def compute_policy_gradient_loss(policy_log_probs: torch.Tensor, loss_type: str,
+                                 raw_rewards: torch.Tensor | None = None,
                                  advantages: torch.Tensor | None = None, old_log_probs: torch.Tensor | None = None,
                                  cliprange: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token loss `[B, T]` and stats for `loss_type` (one of `LOSS_TYPES`)."""
     if loss_type not in _REQUIRED:
         raise ValueError(f"unknown loss_type {loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
-    given = {"raw_rewards": raw_rewards, "advantages": advantages, "old_log_probs": old_log_probs, "cliprange": cliprange}
+    given = {"raw_rewards": raw_rewards, "advantages": advantages,
+             "old_log_probs": old_log_probs, "cliprange": cliprange}
     missing = [name for name in _REQUIRED[loss_type] if given[name] is None]
     if missing:
         raise ValueError(f"loss_type={loss_type!r} needs {', '.join(missing)}: pass it to compute the loss")

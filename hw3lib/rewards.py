@@ -31,20 +31,25 @@ Rewards return `{"reward", "format_reward", "answer_reward"}` as floats:
    `fast=False` math-verify is also asked whenever stage 1 says "not equal" (it then accepts
    numbers equal to 6 decimal places, the course's slower, more lenient grading).
 
-Bounding time (math-verify's own timeouts use `signal.alarm`, which raises outside the main
-thread, so they are disabled with `parsing_timeout=None` / `timeout_seconds=None`):
+Bounding time. A length cap alone is not enough: sympy never finishes `2^{2^{2^{2^{2^{99}}}}}`.
+math-verify's own timeouts use `signal.alarm`, which raises outside the main thread, so they are
+disabled (`parsing_timeout=None`, `timeout_seconds=None`) and we bound each check ourselves:
 
-- every answer longer than `MAX_ANSWER_CHARS` characters is non-equivalent (no sympy on huge
-  input; response scanning elsewhere is linear-time string search);
+- an answer longer than `MAX_ANSWER_CHARS` characters is non-equivalent (no sympy on huge
+  input; scanning a response for tags and boxes is linear-time string search);
 - in the main thread of a POSIX process (the training loop, notebooks, and the main thread of
-  every multiprocessing worker) math-verify runs in-process under our own `setitimer` deadline of
-  `SYMBOLIC_TIMEOUT_S`; the deadline's exception derives from BaseException so math-verify's
-  `except Exception` cannot swallow it, and any timer the caller had set is restored afterwards;
+  every multiprocessing worker) math-verify runs in-process under our own `setitimer` deadline
+  of `SYMBOLIC_TIMEOUT_S`, after one untimed warm-up call on a fixed input so the one-off import
+  cost never counts against a real answer. The deadline's exception derives from BaseException
+  so math-verify's `except Exception` cannot swallow it, and a timer the caller had set is
+  restored afterwards. (A signal interrupts Python code only; a single C call that never
+  returned would not be cut short, but sympy's slow paths are Python loops.)
 - in any other thread, the check goes to a lazily started persistent child process
   (`python -c ...`, started with `subprocess`, so daemonic pool workers may use it too) that
   runs math-verify under the same deadline in its own main thread; the caller waits on the pipe
-  with a timeout and kills and restarts the child if it ever overruns. Calls from several threads
-  are serialised by a lock. A forked child process gets a fresh verifier.
+  (`select`, POSIX) with a margin and kills the child if it overruns; the next check starts a
+  new one. Calls from several threads are serialised by a lock; a forked process gets a fresh
+  verifier rather than its parent's pipes.
 
 Garbage never raises: None, empty, huge, unbalanced-brace and lone-surrogate inputs grade 0.
 Results of the symbolic stage are cached per (prediction, gold) pair, timeouts included.
@@ -74,10 +79,26 @@ logger = logging.getLogger(__name__)
 
 MAX_ANSWER_CHARS = 400
 """Answers (after extraction) longer than this are never equivalent: bounds the symbolic work."""
-SYMBOLIC_TIMEOUT_S = 2.0
-"""Deadline for one math-verify parse+verify of a (prediction, gold) pair."""
+
+
+def _timeout_from_env() -> float:
+    raw = os.environ.get("HW3_SYMBOLIC_TIMEOUT_S", "5")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ValueError(f"HW3_SYMBOLIC_TIMEOUT_S={raw!r}: set it to a positive number of seconds (default 5)")
+    return value
+
+
+SYMBOLIC_TIMEOUT_S = _timeout_from_env()
+"""Wall-clock deadline for one math-verify parse+verify of a (prediction, gold) pair, in seconds
+($HW3_SYMBOLIC_TIMEOUT_S, default 5 like math-verify's own). A first, untimed warm-up call per
+process pays math-verify's import and grammar set-up (about 1.5 s), so the deadline only
+measures the check itself."""
 _CHILD_START_TIMEOUT_S = 120.0  # importing sympy + math-verify in the child on a loaded 2-core box
-_CHILD_MARGIN_S = 5.0  # the child enforces SYMBOLIC_TIMEOUT_S itself; this covers pipe and scheduling
+_CHILD_MARGIN_S = 5.0  # the child enforces the deadline itself; this margin covers the pipe and scheduling
 
 
 def _scores(format_reward: float, answer_reward: float) -> dict[str, float]:
@@ -294,20 +315,28 @@ def _in_main_thread_with_alarms() -> bool:
             and threading.current_thread() is threading.main_thread())
 
 
-def _checked_in_process(pred: str, gold: str) -> bool:
+_WARMED_UP = False
+
+
+def _checked_in_process(pred: str, gold: str, timeout_s: float) -> bool:
+    """math-verify under a deadline, in this (main) thread; a timeout grades as not equivalent."""
+    global _WARMED_UP
+    if not _WARMED_UP:  # imports and grammar set-up: slow once, on a fixed input that is known to be quick
+        _math_verify_equivalent("\\sqrt{4}", "2")
+        _WARMED_UP = True
     try:
-        return _call_with_deadline(SYMBOLIC_TIMEOUT_S, _math_verify_equivalent, pred, gold)
+        return _call_with_deadline(timeout_s, _math_verify_equivalent, pred, gold)
     except _SymbolicTimeout:
         logger.warning("math-verify took over %.1fs on %r vs %r; graded as not equivalent",
-                       SYMBOLIC_TIMEOUT_S, pred[:80], gold[:80])
+                       timeout_s, pred[:80], gold[:80])
         return False
 
 
 @functools.lru_cache(maxsize=65536)
 def _symbolic_equivalent(pred: str, gold: str) -> bool:
     if _in_main_thread_with_alarms():
-        return _checked_in_process(pred, gold)
-    return _verifier_process().equivalent(pred, gold)
+        return _checked_in_process(pred, gold, SYMBOLIC_TIMEOUT_S)
+    return _verifier_process().equivalent(pred, gold, SYMBOLIC_TIMEOUT_S)
 
 
 class _VerifierProcess:
@@ -318,13 +347,14 @@ class _VerifierProcess:
         self._proc: subprocess.Popen | None = None
         self._buffer = b""
 
-    def equivalent(self, pred: str, gold: str) -> bool:
+    def equivalent(self, pred: str, gold: str, timeout_s: float) -> bool:
+        """The child's verdict; it applies `timeout_s` itself, we wait `timeout_s + _CHILD_MARGIN_S`."""
         with self._lock:
             try:
                 proc = self._running()
-                proc.stdin.write(json.dumps([pred, gold]).encode("ascii") + b"\n")
+                proc.stdin.write(json.dumps([pred, gold, timeout_s]).encode("ascii") + b"\n")
                 proc.stdin.flush()
-                return self._read_line(SYMBOLIC_TIMEOUT_S + _CHILD_MARGIN_S) == b"1"
+                return self._read_line(timeout_s + _CHILD_MARGIN_S) == b"1"
             except (OSError, TimeoutError, ValueError) as exc:
                 logger.warning("symbolic check of %r vs %r failed in the verifier process (%s); graded as "
                                "not equivalent and the process is restarted", pred[:80], gold[:80], exc)
@@ -401,16 +431,15 @@ atexit.register(_close_verifier)
 
 
 def _serve_symbolic_checks() -> None:
-    """The verifier child's loop: one JSON `[pred, gold]` per stdin line -> `1`/`0` per stdout line."""
-    import math_verify  # noqa: F401 - import before announcing readiness, so checks are timed fairly
-
+    """The verifier child's loop: JSON `[pred, gold, timeout_s]` per stdin line -> `1`/`0` per stdout line."""
     reply = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray prints from libraries go to stderr, never into the reply pipe
+    _math_verify_equivalent("\\sqrt{4}", "2")  # warm up before announcing readiness (see SYMBOLIC_TIMEOUT_S)
     reply.write(b"ready\n")
     for line in sys.stdin.buffer:
         try:
-            pred, gold = json.loads(line)
-            ok = _call_with_deadline(SYMBOLIC_TIMEOUT_S, _math_verify_equivalent, str(pred), str(gold))
+            pred, gold, timeout_s = json.loads(line)
+            ok = _call_with_deadline(float(timeout_s), _math_verify_equivalent, str(pred), str(gold))
         except (_SymbolicTimeout, Exception):  # noqa: BLE001 - any failure grades as "not equivalent"
             ok = False
         reply.write(b"1\n" if ok else b"0\n")

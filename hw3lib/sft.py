@@ -31,7 +31,8 @@ import torch
 CHUNK_ELEMENTS = 2**25
 
 
-def tokenize_prompt_and_output(prompt_strs: Sequence[str], output_strs: Sequence[str], tokenizer) -> dict[str, torch.Tensor]:
+def tokenize_prompt_and_output(prompt_strs: Sequence[str], output_strs: Sequence[str],
+                               tokenizer) -> dict[str, torch.Tensor]:
     """Tokenize prompt/output pairs into shifted `input_ids`, `labels` and a response mask.
 
     Each prompt and each output are tokenized separately (no special tokens added) and
@@ -124,7 +125,8 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
 
 
 def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
-                           return_token_entropy: bool = False, chunk_tokens: int | None = None) -> dict[str, torch.Tensor]:
+                           return_token_entropy: bool = False,
+                           chunk_tokens: int | None = None) -> dict[str, torch.Tensor]:
     """Per-token log p(labels | prefix) under `model` and, optionally, the per-token entropy.
 
     `input_ids`, `labels`: `[B, T]` long. Returns `{"log_probs": [B, T]}` plus
@@ -140,8 +142,9 @@ def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
     logits = model(input_ids).logits  # [B, T, V]
     batch, seq, vocab = logits.shape
     step = chunk_tokens or max(1, CHUNK_ELEMENTS // vocab)
+    flat_logits = logits.reshape(batch * seq, vocab)  # [B*T, V], a view
     log_probs, entropy = _ChunkedLabelLogProbs.apply(
-        logits.reshape(batch * seq, vocab), labels.reshape(batch * seq), step, return_token_entropy)  # [B*T], [B*T] or [0]
+        flat_logits, labels.reshape(batch * seq), step, return_token_entropy)  # [B*T], [B*T] or [0]
     result = {"log_probs": log_probs.view(batch, seq)}  # [B, T]
     if return_token_entropy:
         result["token_entropy"] = entropy.view(batch, seq)  # [B, T]
@@ -162,7 +165,8 @@ def _check_dim(dim) -> None:
 
 
 def masked_normalize(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None,
-                     normalize_constant: float | None = None, *, constant_normalizer: float | None = None) -> torch.Tensor:
+                     normalize_constant: float | None = None, *,
+                     constant_normalizer: float | None = None) -> torch.Tensor:
     """Sum of the entries `mask` keeps (over `dim`, or all entries if None) divided by a constant.
 
     The constant may be passed as `normalize_constant` (the function signature) or
@@ -205,7 +209,8 @@ def sft_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: tor
     `gradient_accumulation_steps` so summed microbatch gradients equal the minibatch gradient.
     """
     _check_accumulation(gradient_accumulation_steps)
-    per_sequence = masked_normalize(-policy_log_probs, response_mask, dim=-1, normalize_constant=normalize_constant)  # [B]
+    per_sequence = masked_normalize(-policy_log_probs, response_mask, dim=-1,
+                                    normalize_constant=normalize_constant)  # [B]
     loss = per_sequence.mean() / gradient_accumulation_steps  # []
     loss.backward()
     stats = {

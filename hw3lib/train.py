@@ -249,9 +249,9 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
                         if "ratio_mean" in stats:
                             sums["ratio_mean"] += share * stats["ratio_mean"].item()
                         if ref_log_probs is not None:
-                            delta = ref_log_probs[idx, :width] - log_probs.detach()  # [b, T]: log pi_ref - log pi
-                            sums["kl_k1"] += share * masked_mean(-delta, mask).item()
-                            sums["kl_k3"] += share * masked_mean(torch.expm1(delta) - delta, mask).item()
+                            k1, k3 = kl_estimates(log_probs.detach(), ref_log_probs[idx, :width], mask)
+                            sums["kl_k1"] += share * k1.item()
+                            sums["kl_k3"] += share * k3.item()
                     if callback is not None:
                         callback({"policy": policy, "optimizer": optimizer, "step": state["optimizer_step"] + 1,
                                   "grpo_step": grpo_step, "epoch": epoch})
@@ -458,6 +458,18 @@ def rollout_tensors(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[
     return {"input_ids": full[:, :-1], "labels": full[:, 1:],  # [N, L-1]
             "response_mask": is_response[:, 1:],  # [N, L-1]: label j is token j + 1
             "lengths": torch.tensor(totals) - 1}  # [N]
+
+
+def kl_estimates(log_probs: torch.Tensor, ref_log_probs: torch.Tensor,
+                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Estimates of KL(pi || pi_ref) from per-token log-probs of tokens sampled from pi: `[B, T] x 3 -> [], []`.
+
+    k1 = logp - logp_ref (unbiased, can be negative per token); k3 = exp(logp_ref - logp) -
+    (logp_ref - logp) - 1 (unbiased and never negative, lower variance; Schulman's estimators).
+    Both are means over the tokens `mask` keeps.
+    """
+    delta = ref_log_probs - log_probs  # [B, T]: log pi_ref - log pi
+    return masked_mean(-delta, mask), masked_mean(torch.expm1(delta) - delta, mask)
 
 
 def batched_log_probs(model, batch: dict[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:

@@ -5,6 +5,7 @@ Examples:
     hw3 train --profile smoke                      # the CPU run that shows GRPO learning
     hw3 train --profile full --name grpo_gsm8k     # the course's settings on a GPU
     hw3 train --profile full --name grpo_gsm8k --resume   # continue after an interruption
+    hw3 train --profile smoke --steps 5 --set rollout_batch_size=32 --set monitor_kl=true
 
 Outputs go to runs/<name>/ (config.json, metrics.jsonl, samples/, checkpoints/).
 """
@@ -26,6 +27,8 @@ def train_command(
     learning_rate: Optional[float] = typer.Option(None, help="AdamW learning rate (default: the profile's)."),
     eval_every: Optional[int] = typer.Option(None, min=1, help="Validate every this many GRPO steps."),
     seed: Optional[int] = typer.Option(None, help="Seed (default: the profile's)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Any GRPOConfig field as KEY=VALUE (JSON value "
+                                             "or plain string), repeatable: --set rollout_batch_size=32."),
 ) -> None:
     """Train a policy with GRPO; print the final validation metrics."""
     from hw3lib.train import train
@@ -34,6 +37,11 @@ def train_command(
     overrides = {key: value for key, value in {
         "n_grpo_steps": steps, "name": name, "loss_type": loss_type, "learning_rate": learning_rate,
         "eval_every": eval_every, "seed": seed}.items() if value is not None}
+    for item in set_ or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        overrides[key.strip()] = _parse_value(text)
     try:
         cfg = GRPOConfig.for_profile(profile, **overrides)
     except ValueError as exc:
@@ -43,6 +51,15 @@ def train_command(
     typer.echo(json.dumps({key: value for key, value in final.items() if key.startswith("eval/")}, indent=2))
     typer.echo(f"{result.grpo_steps} GRPO steps ({result.optimizer_steps} optimizer steps, "
                f"{result.skipped_steps} skipped) in {result.elapsed_s:.1f}s; outputs in {result.run_dir}")
+
+
+def _parse_value(text: str):
+    """A --set value: JSON when it parses (numbers, true/false/null, lists -> tuples), else the string."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return tuple(value) if isinstance(value, list) else value
 
 
 def register(app: typer.Typer, name: str) -> None:

@@ -14,6 +14,7 @@ from hw3lib.best_of_n import (
     SampleResults,
     best_at_n,
     best_of_n_metrics,
+    flatten_metrics,
     majority_at_n,
     majority_choice,
     normalize_answer,
@@ -90,13 +91,51 @@ def test_best_at_one_equals_pass_at_one():
 
 
 def test_normalize_answer_merges_equal_numbers():
-    for text in ("18", "18.0", "$18", " 18.00 ", "\\boxed{18}", "18.", "\\$18"):
+    for text in ("18", "18.0", "$18", " 18.00 ", "\\boxed{18}", "18.", "\\$18", "18 dollars", "$18$"):
         assert normalize_answer(text) == "18", text
     assert normalize_answer("1,800") == normalize_answer("1800") == "1800"
     assert normalize_answer("0.5") == normalize_answer("1/2") == normalize_answer("\\frac{1}{2}") == "1/2"
     assert normalize_answer("-\\dfrac{3}{6}") == "-1/2"
-    assert normalize_answer("  X +  1 ") == "x + 1"
+    assert normalize_answer("  X +  1 ") == "X + 1"
     assert normalize_answer("") is None and normalize_answer(None) is None and normalize_answer("$") is None
+
+
+RESPONSES = [
+    "reasoning </think> <answer> 18 </answer>",
+    "r </think> <answer>\\boxed{$18.0$}</answer>",
+    "r </think> <answer> \\boxed{18 </answer>",  # unclosed box: formatted, no answer
+    "r </think> <answer>  </answer>",  # formatted but empty
+    "r </think><answer> 18 </answer>",  # no space: unformatted
+    "r </think> <answer> 17 </answer> then <answer> 18",  # last <answer> wins
+    "the answer is 1,800 dollars",
+    "so \\boxed{18} or maybe 3",
+    "no number here",
+]
+
+
+@pytest.mark.parametrize("prompt, reward_fn_name", [("r1_zero", "r1_zero_reward_fn"),
+                                                    ("question_only", "question_only_reward_fn")])
+def test_extractors_agree_with_the_reward_functions(prompt, reward_fn_name):
+    from hw3lib import rewards
+    from hw3lib.best_of_n import ANSWER_EXTRACTORS
+
+    reward_fn, extract = getattr(rewards, reward_fn_name), ANSWER_EXTRACTORS[prompt]
+    for response in RESPONSES:
+        for gold in ("18", "1800", "17"):
+            scores, answer = reward_fn(response, gold), extract(response)
+            if scores["format_reward"] == 0:
+                assert answer is None, response
+            if answer is None:
+                assert scores["answer_reward"] == 0, response
+            else:
+                assert float(rewards.answers_equivalent(answer, gold)) == scores["answer_reward"], (response, gold)
+
+
+def test_extracted_answers_by_hand():
+    from hw3lib.best_of_n import extract_question_only_answer, extract_r1_zero_answer
+
+    assert [extract_r1_zero_answer(r) for r in RESPONSES[:6]] == ["18", "$18.0$", None, None, None, "18"]
+    assert [extract_question_only_answer(r) for r in RESPONSES[6:]] == ["1,800", "18", None]
 
 
 def test_majority_choice_tie_breaks_and_abstentions():
@@ -123,6 +162,9 @@ def test_best_of_n_metrics_collects_everything_by_hand():
         "best_at_n": [0.0, 1.0, 0.0],
         "maj_at_n": [0.0, 0.5, 0.5],
     }
+    flat = flatten_metrics(metrics)
+    assert flat["pass_at_2_first"] == 1.0 and flat["pass_at_2_unbiased"] == pytest.approx(5 / 6)
+    assert flat["best_at_4"] == 0.0 and flat["maj_at_4"] == 0.5 and flat["num_prompts"] == 2 and len(flat) == 14
     with pytest.raises(ValueError, match="N=8"):
         best_of_n_metrics(SampleResults(CORRECT, LOGPROB, ANSWERS), ns=(8,))
 
@@ -144,6 +186,10 @@ def test_results_from_rows_reads_generation_rows():
         results_from_rows([rows[0], _row(1, [(0, "x", -2.0)])], extract)
     with pytest.raises(ValueError, match="no rows"):
         results_from_rows([], extract)
+    by_name = results_from_rows([_row(0, [(1, "18", -0.1)])], "r1_zero")  # "<answer>18</answer>" lacks "</think> "
+    assert by_name.answers == [[None]]
+    with pytest.raises(ValueError, match="no answer extractor for prompt 'nope'"):
+        results_from_rows(rows, "nope")
 
 
 def test_plot_and_json_are_written(tmp_path):

@@ -95,7 +95,8 @@ def test_extract_gsm8k_gold(answer, gold):
 # ---- GSM8K bad input --------------------------------------------------------------------------
 
 def test_malformed_jsonl_names_file_and_line(tmp_path):
-    path = write_lines(tmp_path / "gsm8k" / "test.jsonl", [gsm8k_line(), "", '{"question": "Q?", "answer": ', gsm8k_line()])
+    torn = '{"question": "Q?", "answer": '
+    path = write_lines(tmp_path / "gsm8k" / "test.jsonl", [gsm8k_line(), "", torn, gsm8k_line()])
     with pytest.raises(DataFileError, match=rf"{re.escape(str(path))}:3: not valid JSON"):
         load_gsm8k("test", data_dir=tmp_path)
 
@@ -210,7 +211,8 @@ def test_load_math_from_a_folder_with_splits(tmp_path):
 def test_load_math_bad_input(tmp_path):
     with pytest.raises(DataFileError, match="missing.jsonl: file not found"):
         load_math(tmp_path / "missing.jsonl")
-    path = write_lines(tmp_path / "nobox.jsonl", [json.dumps(math_rows()[0]), json.dumps({"problem": "P", "solution": "S"})])
+    no_box = {"problem": "P", "solution": "S"}
+    path = write_lines(tmp_path / "nobox.jsonl", [json.dumps(math_rows()[0]), json.dumps(no_box)])
     with pytest.raises(DataFileError, match=rf"{re.escape(str(path))}:2: .*boxed"):
         load_math(path)
     path = write_lines(tmp_path / "nofield.jsonl", [json.dumps({"problem": "P"})])

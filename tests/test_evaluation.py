@@ -55,6 +55,15 @@ def test_summarize_by_hand():
     assert [r["count"] for r in table] == [1, 2, 2, 1] and sum(r["share"] for r in table) == pytest.approx(1)
 
 
+def test_plot_categories_writes_png_and_pdf(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from hw3lib.evaluation import plot_categories
+
+    plt.close(plot_categories(summarize(ROWS), tmp_path / "cats"))
+    assert (tmp_path / "cats.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "cats.pdf").read_bytes()[:4] == b"%PDF"
+
+
 def test_sample_by_category_is_seeded_capped_and_complete():
     rows = [_row(i, [_gen(1, 0), _gen(0, 0), _gen(1, 0)]) for i in range(20)] + [_row(20, [_gen(1, 1)] * 3)]
     picked = sample_by_category(rows, k=10, seed=0)
@@ -194,7 +203,7 @@ def test_resumed_tiny_model_run_equals_uninterrupted_run(tmp_path, tiny_engine, 
     from hw3lib.rewards import r1_zero_reward_fn
 
     examples = load_gsm8k("test", limit=5)
-    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=12, seed=7)
+    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=8, seed=7)
     kwargs = dict(batch_size=2, model_name="tiny", progress=False)
     full = evaluate(CrashAfter(tiny_engine), r1_zero_reward_fn, examples, "r1_zero", sampling, tmp_path / "a", **kwargs)
     with pytest.raises(RuntimeError, match="killed"):
@@ -224,7 +233,27 @@ def test_hw3_eval_command(tmp_path, tiny_model_dir, shared_data_dir):
     assert summary["num_examples"] == 3 and summary["num_samples"] == 6 and summary["dataset"] == "gsm8k"
     assert summary["sampling"]["max_tokens"] == 6 and summary["model"] == "tiny"
     assert all(g["num_tokens"] <= 6 for row in load_run(out)[0] for g in row["generations"])
-    assert f"over 6 samples" in result.output and '"accuracy"' in result.output
+    assert "over 6 samples" in result.output and '"accuracy"' in result.output
+
+
+def test_hw3_eval_command_on_a_math_file(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    from hw3lib.cli import app
+
+    math_file = tmp_path / "math.jsonl"
+    math_file.write_text(json.dumps({"problem": "What is $\\frac{1}{2} + \\frac{1}{2}$?",
+                                     "solution": "It is $\\boxed{1}$."}) + "\n"
+                         + json.dumps({"problem": "Simplify $\\sqrt{4}$.", "solution": "$\\boxed{2}$"}) + "\n")
+    out = tmp_path / "math_run"
+    result = CliRunner().invoke(app, ["eval", "--dataset", "math", "--math-path", str(math_file), "--prompt",
+                                      "question_only", "--max-tokens", "4", "--device", "cpu", "--no-progress",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows, summary = load_run(out)
+    assert [row["ground_truth"] for row in rows] == ["1", "2"] and rows[1]["question"] == "Simplify $\\sqrt{4}$."
+    assert summary["dataset"] == "math" and summary["prompt"] == "question_only"
+    assert summary["sampling"]["stop"] == [] and summary["reward_fn"] == "question_only_reward_fn"
 
 
 def test_hw3_eval_math_needs_a_path(tmp_path):

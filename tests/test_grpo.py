@@ -231,7 +231,8 @@ def test_microbatch_errors():
     mask = torch.ones(2, 3)
     adv = torch.ones(2, 1)
     with pytest.raises(ValueError, match="needs normalize_constant"):
-        grpo_microbatch_train_step(lp, mask, 1, "reinforce_with_baseline", advantages=adv, length_normalization="constant")
+        grpo_microbatch_train_step(lp, mask, 1, "reinforce_with_baseline", advantages=adv,
+                                   length_normalization="constant")
     with pytest.raises(ValueError, match="choose one of masked_mean, constant"):
         grpo_microbatch_train_step(lp, mask, 1, "reinforce_with_baseline", advantages=adv, length_normalization="seq")
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):

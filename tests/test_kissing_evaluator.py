@@ -29,12 +29,21 @@ KEYS = {"num_points", "dimension", "validity", "eval_time", "combined_score", "m
     "def get_centers():\n    return starter()\n",
     "points = starter().tolist()\n",
     "points = starter().astype(float)\nif __name__ == '__main__':\n    raise SystemExit('main block must not run')\n",
+    "def run_code():\n    return (list(p) for p in starter())\n",  # a generator of points
 ])
 def test_accepted_shapes_score_the_starter(tail):
     metrics = evaluate_program(STARTER_BODY + "\n" + tail, timeout_s=20)
     assert set(metrics) == KEYS
     assert metrics["validity"] == 1.0 and metrics["combined_score"] == 22.0, metrics["message"]
     assert metrics["num_points"] == 22 and metrics["dimension"] == 11 and metrics["status"] == "valid"
+
+
+def test_return_points_gives_the_programs_exact_points():
+    metrics = evaluate_program(STARTER_BODY + "\ndef run_code():\n    return starter()\n", timeout_s=20,
+                               return_points=True)
+    assert metrics["validity"] == 1.0 and set(metrics) == KEYS | {"points"}
+    assert sorted(map(tuple, metrics["points"])) == sorted(
+        tuple(2 * s if j == i else 0 for j in range(11)) for i in range(11) for s in (1, -1))
 
 
 def test_program_from_a_path_and_cwd_is_a_scratch_dir(tmp_path):
@@ -68,6 +77,9 @@ def test_program_from_a_path_and_cwd_is_a_scratch_dir(tmp_path):
     ("import socket\ndef run_code():\n    socket.create_connection(('127.0.0.1', 9))\n", "exception",
      "network access is disabled"),
     ("import socket\ndef run_code():\n    socket.socket()\n", "exception", "network access is disabled"),
+    ("open('big.bin', 'wb').write(bytes(65 * 2**20))\n", "exception", "File too large"),  # RLIMIT_FSIZE
+    ("def run_code():\n    return {'points': [[2] + [0] * 10]}\n", "bad_points", "run_code() returned a dict"),
+    ("def run_code():\n    return 'points'\n", "bad_points", "run_code() returned a str"),
 ])
 def test_failures_give_zero_and_a_clear_message(source, status, needle):
     metrics = evaluate_program(source, timeout_s=2, memory_mb=400)

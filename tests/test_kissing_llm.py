@@ -301,7 +301,10 @@ def test_agentic_scores_and_files(agentic_run):
     assert result.scores == EXPECTED_SCORES
     assert result.best_scores == [22.0, 22.0, 22.0, 220.0, 438.0]
     assert (result.best_score, result.best_iteration) == (438.0, 5)
-    assert sorted(p.name for p in (run_dir / "candidates").iterdir()) == [f"iter_{i:03d}.py" for i in range(1, 6)]
+    assert sorted(p.name for p in (run_dir / "candidates").glob("*.py")) == [f"iter_{i:03d}.py" for i in range(1, 6)]
+    # the points of each valid candidate are kept for the hybrid loop (iterations 1, 4, 5 are valid)
+    assert sorted(p.name for p in (run_dir / "candidates").glob("*_points.json")) == [
+        "iter_001_points.json", "iter_004_points.json", "iter_005_points.json"]
     rows = read_jsonl(run_dir / "evaluations.jsonl")
     assert [r["status"] for r in rows] == EXPECTED_STATUS
     assert [r["num_points"] for r in rows] == [22, 0, 242, 220, 438]
@@ -470,7 +473,7 @@ def test_run_directory_is_not_silently_overwritten(agentic_run, tmp_path):
         agentic_refinement(ScriptedResponder(one), copy, iterations=1, timeout_s=30)
     result = agentic_refinement(ScriptedResponder(one), copy, iterations=1, timeout_s=30, overwrite=True)
     assert result.scores == [1.0]
-    assert sorted(p.name for p in (copy / "candidates").iterdir()) == ["iter_001.py"]
+    assert sorted(p.name for p in (copy / "candidates").iterdir()) == ["iter_001.py", "iter_001_points.json"]
 
 
 def test_live_client_drives_the_loop_over_http():

@@ -12,7 +12,7 @@ from hw3lib.kissing import evaluate_program, verify
 from hw3lib.kissing.constructions import (CONSTRUCTIONS, best_known_construction, code_construction,
                                           constant_weight_code, d11_roots, sign_patterns, starter)
 from hw3lib.kissing.search import (IndependentSet, conflict_graph, grow_independent_set, local_search, main,
-                                   program_source, shell_vectors)
+                                   program_source, shell_size, shell_vectors)
 
 
 def graph(n, edges):
@@ -69,6 +69,12 @@ def test_best_known_construction_is_582():
 
 
 # --- candidates and the conflict graph -------------------------------------------------------
+
+
+def test_shell_size_matches_enumeration():
+    for norm_sq, low, dim in [(1, None, 11), (2, None, 11), (4, None, 11), (5, 1, 6), (9, 4, 3)]:
+        assert shell_size(norm_sq, dim, low) == len(shell_vectors(norm_sq, dim, low))
+    assert shell_size(4) == 5302 and shell_size(6) == 33528
 
 
 def test_shell_vectors_counts():
@@ -152,6 +158,7 @@ def test_local_search_resume_matches_an_uninterrupted_run(tmp_path):
     resumed = local_search(norm_sq=4, seed=2, iterations=300, checkpoint=ckpt)
     assert resumed.resumed_from == 150 and resumed.iterations == 300
     assert np.array_equal(resumed.points, straight.points)
+    assert [h["size"] for h in resumed.history] == [h["size"] for h in straight.history]
     with pytest.raises(ValueError, match="different search"):
         local_search(norm_sq=4, seed=3, iterations=10, checkpoint=ckpt)
 
@@ -169,6 +176,8 @@ def test_local_search_rejects_bad_initial_points():
         local_search([[2] + [0] * 10], norm_sq=2, iterations=1)
     with pytest.raises(ValueError, match="dimension 3, expected 11"):
         local_search([[1, 0, 0]], iterations=1)
+    with pytest.raises(ValueError, match="has 116380 vectors"):  # r_11(8): refused before building it
+        local_search(norm_sq=8, iterations=1)
     with pytest.raises(ValueError, match="iterations, time_limit_s or target"):
         local_search(norm_sq=2, iterations=None)
 

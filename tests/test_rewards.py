@@ -31,6 +31,13 @@ def _fresh_cache():
     rewards._symbolic_equivalent.cache_clear()
 
 
+@pytest.fixture
+def short_deadline(monkeypatch):
+    """A 1 s symbolic deadline (default 5 s) here, in the verifier child, and in spawned workers."""
+    monkeypatch.setattr(rewards, "SYMBOLIC_TIMEOUT_S", 1.0)
+    monkeypatch.setenv("HW3_SYMBOLIC_TIMEOUT_S", "1")
+
+
 def scores(reward, fmt, answer):
     return {"reward": reward, "format_reward": fmt, "answer_reward": answer}
 
@@ -98,10 +105,11 @@ def test_plain_number_surface_forms_equal_18(pred):
     assert answers_equivalent(pred, "18")
 
 
-@pytest.mark.parametrize("pred, gold", [("1,000", "1000"), ("1000", "1,000"), ("1\\,000", "1000"), ("1{,}000", "1000"),
-                                        ("12,345,678", "12345678"), ("\\$1,234.50", "1234.5"), ("0.5", "1/2"),
-                                        ("\\frac{1}{2}", "0.5"), ("\\frac12", "0.5"), ("-3", "-3"), ("-\\frac{1}{2}", "-0.5"),
-                                        ("\\frac{-1}{2}", "-1/2"), ("−3", "-3"), ("90^\\circ", "90"), ("50\\%", "50")])
+@pytest.mark.parametrize("pred, gold", [
+    ("1,000", "1000"), ("1000", "1,000"), ("1\\,000", "1000"), ("1{,}000", "1000"), ("12,345,678", "12345678"),
+    ("\\$1,234.50", "1234.5"), ("0.5", "1/2"), ("\\frac{1}{2}", "0.5"), ("\\frac12", "0.5"), ("-3", "-3"),
+    ("-\\frac{1}{2}", "-0.5"), ("\\frac{-1}{2}", "-1/2"), ("−3", "-3"), ("90^\\circ", "90"), ("50\\%", "50"),
+])
 def test_plain_numbers_equal(pred, gold):
     assert answers_equivalent(pred, gold)
 
@@ -169,6 +177,7 @@ def test_huge_formatted_response_is_graded_quickly_as_wrong():
 
 def test_main_thread_deadline_stops_a_hung_check_and_restores_the_callers_timer(monkeypatch):
     monkeypatch.setattr(rewards, "SYMBOLIC_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(rewards, "_WARMED_UP", True)  # the untimed warm-up would call the stub too
     monkeypatch.setattr(rewards, "_math_verify_equivalent", lambda pred, gold: time.sleep(60) or True)
     outer = signal.signal(signal.SIGALRM, lambda signum, frame: None)
     signal.setitimer(signal.ITIMER_REAL, 50.0)  # a caller's own pending alarm (say, a test timeout)
@@ -189,6 +198,15 @@ def test_main_thread_deadline_on_a_real_pathological_answer(monkeypatch):
     assert answers_equivalent("\\sqrt{9}", "3") is True  # math-verify still works afterwards
 
 
+def test_deadline_setting_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HW3_SYMBOLIC_TIMEOUT_S", "2.5")
+    assert rewards._timeout_from_env() == 2.5
+    for bad in ("soon", "0", "-1", "nan"):
+        monkeypatch.setenv("HW3_SYMBOLIC_TIMEOUT_S", bad)
+        with pytest.raises(ValueError, match="HW3_SYMBOLIC_TIMEOUT_S"):
+            rewards._timeout_from_env()
+
+
 def _grade_in_threads(cases):
     """Grade (response, truth) pairs from a non-main thread; returns the rewards."""
     results = []
@@ -205,32 +223,33 @@ THREAD_CASES = [("a </think> <answer> \\sqrt{4} </answer>", "2"), ("a </think> <
 THREAD_EXPECTED = [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
 
 
-def test_reward_from_a_thread_uses_the_verifier_process():
+def test_reward_from_a_thread_uses_the_verifier_process(short_deadline):
+    assert _grade_in_threads(THREAD_CASES[:1]) == [1.0]
+    child = rewards._VERIFIER._proc.pid  # the child did the symbolic work
     assert _grade_in_threads(THREAD_CASES) == THREAD_EXPECTED
-    assert rewards._VERIFIER is not None and rewards._VERIFIER._proc is not None  # the child did the symbolic work
+    assert rewards._VERIFIER._proc.pid == child  # its own deadline ended the pathological check: no restart
 
 
-def test_verifier_process_is_killed_and_restarted_when_it_overruns(monkeypatch):
-    # The parent gives up after 0.2 s while the child works on the pathological answer (its own deadline
-    # is the default 2 s): the child is killed, the answer graded 0, and the next check starts a new child.
+def test_verifier_process_is_killed_and_restarted_when_it_overruns(short_deadline, monkeypatch):
+    # The parent gives up after 1 - 0.8 = 0.2 s while the child works on the pathological answer (its own
+    # deadline is 1 s): the child is killed, the answer graded 0, and the next check starts a new child.
     assert _grade_in_threads([("a </think> <answer> \\sqrt{4} </answer>", "2")]) == [1.0]
     first = rewards._VERIFIER._proc.pid
     with monkeypatch.context() as patch:
-        patch.setattr(rewards, "SYMBOLIC_TIMEOUT_S", 0.0)
-        patch.setattr(rewards, "_CHILD_MARGIN_S", 0.2)
+        patch.setattr(rewards, "_CHILD_MARGIN_S", -0.8)
         assert _grade_in_threads([("a </think> <answer> " + PATHOLOGICAL + " </answer>", "5")]) == [0.0]
     assert rewards._VERIFIER._proc is None
     assert _grade_in_threads([("a </think> <answer> \\sqrt{9} </answer>", "3")]) == [1.0]
     assert rewards._VERIFIER._proc.pid != first
 
 
-def test_reward_in_spawned_worker_processes():
+def test_reward_in_spawned_worker_processes(short_deadline):
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         got = pool.starmap(r1_zero_reward_fn, THREAD_CASES)
     assert [g["reward"] for g in got] == THREAD_EXPECTED
 
 
-def test_reward_in_forked_worker_threads():
+def test_reward_in_forked_worker_threads(short_deadline):
     # The parent already runs a verifier child; forked workers must start their own, from a thread.
     assert _grade_in_threads(THREAD_CASES[:1]) == [1.0]
     with multiprocessing.get_context("fork").Pool(1) as pool:

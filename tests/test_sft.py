@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -135,6 +136,21 @@ def test_log_probs_gradients_match_naive_reference():
     for name, p in model.named_parameters():
         torch.testing.assert_close(chunked[name], p.grad, msg=name)
     assert any(g.abs().sum() > 0 for g in chunked.values())
+
+
+def test_log_probs_gradcheck_float64_through_logits():
+    labels = torch.tensor([[0, 3, 1], [2, 2, 4]])
+    logits = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+
+    def log_probs_of(z):
+        model = lambda ids: SimpleNamespace(logits=z)  # noqa: E731 -- a 'model' returning fixed logits
+        return get_response_log_probs(model, labels, labels, chunk_tokens=4)["log_probs"]
+
+    assert torch.autograd.gradcheck(log_probs_of, (logits,))
+    # closed form: d log p_y / d z = onehot(y) - softmax(z)
+    log_probs_of(logits).sum().backward()
+    expected = torch.nn.functional.one_hot(labels, 5) - torch.softmax(logits.detach(), -1)
+    torch.testing.assert_close(logits.grad, expected)
 
 
 def test_log_probs_bf16_model_are_float32():

@@ -129,6 +129,11 @@ def main(program_path: str, result_path: str) -> int:
     points, dimension = unwrap(result)
     if points is None:
         return finish({"ok": False, "kind": "no_points", "error": f"{origin} returned None instead of points"})
+    if not hasattr(points, "tolist") and not isinstance(points, (list, tuple)):
+        if isinstance(points, (str, bytes, dict, set, frozenset)) or not hasattr(points, "__iter__"):
+            return finish({"ok": False, "kind": "bad_points", "error": f"{origin} returned a {type(points).__name__}; "
+                           "return a list of integer lists or an integer numpy array [n, 11]"})
+        points = list(points)  # a generator or other iterable of points
     try:
         payload = {"ok": True, "points": to_jsonable(points), "declared_dimension": dimension, "run_time": run_time}
         return finish(payload)

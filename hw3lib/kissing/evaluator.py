@@ -48,12 +48,14 @@ OUTPUT_TAIL = 1500  # characters of the program's stderr kept in error messages
 
 
 def evaluate_program(path_or_source: str | os.PathLike, timeout_s: float = 60, memory_mb: int = 2048,
-                     dimension: int = 11) -> dict:
+                     dimension: int = 11, return_points: bool = False) -> dict:
     """Run a candidate program in a limited subprocess and score its points; never raises for bad programs.
 
     path_or_source: a path to a .py file (str or Path) or the program's source text.
     timeout_s: wall-clock limit for the whole run. memory_mb: address-space limit of the child.
     dimension: the dimension a valid set must have (11 for the course's problem).
+    return_points: also return the program's points under "points" (when it produced any), so
+    callers that post-process them (the hybrid loop's local search) need not run it twice.
     """
     start = time.perf_counter()
     source = _read_source(path_or_source)
@@ -73,7 +75,10 @@ def evaluate_program(path_or_source: str | os.PathLike, timeout_s: float = 60, m
     if valid and declared is not None and declared != result.dimension:
         valid = False
         message = f"the program declares dimension {declared} but its points have dimension {result.dimension}"
-    return _metrics(result.num_points, result.dimension or 0, valid, start, message, "valid" if valid else "invalid")
+    metrics = _metrics(result.num_points, result.dimension or 0, valid, start, message, "valid" if valid else "invalid")
+    if return_points:
+        metrics["points"] = points
+    return metrics
 
 
 def _metrics(num_points: int, dimension: int, valid: bool, start: float, message: str, status: str) -> dict:
@@ -134,14 +139,16 @@ def _run_in_sandbox(source: str, workdir: Path, timeout_s: float, memory_mb: int
     if result_path.is_file():
         try:
             return json.loads(result_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError):  # torn file, or ints beyond Python's 4300-digit parse limit
             pass
     tail = _tail(stderr_path)
-    if returncode == -signal.SIGXCPU or returncode == -signal.SIGKILL and "MemoryError" not in tail:
+    if returncode == -signal.SIGXCPU or (returncode == -signal.SIGKILL and "MemoryError" not in tail):
         kind, why = ("cpu", f"CPU time limit ({cpu_seconds} s) exceeded") if returncode == -signal.SIGXCPU else (
             "crash", "the program was killed (SIGKILL), most likely for using too much memory")
     elif "MemoryError" in tail:
         kind, why = "memory", f"the program exceeded the memory limit ({memory_mb} MiB)"
+    elif returncode == -signal.SIGXFSZ:
+        kind, why = "crash", f"the program wrote a file larger than {FILE_SIZE_LIMIT // 2**20} MiB (output or points) and was killed"
     elif returncode < 0:
         kind, why = "crash", f"the program died from signal {signal.Signals(-returncode).name}"
     else:

@@ -26,6 +26,7 @@ so an interrupted run leaves a consistent log.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import re
 import string
 import time
@@ -225,7 +226,11 @@ def _evaluate_reply(recorder: RunRecorder, iteration: int, reply: ChatReply, *, 
             error += " (Your reply hit the max_tokens limit: think less and write the program sooner.)"
         return extraction, None, _no_code_evaluation(error)
     path = recorder.write_candidate(iteration, extraction.code)
-    evaluation = evaluate_program(path, timeout_s=timeout_s, memory_mb=memory_mb)
+    evaluation = evaluate_program(path, timeout_s=timeout_s, memory_mb=memory_mb, return_points=True)
+    points = evaluation.pop("points", None)
+    if evaluation["validity"] and points is not None:
+        # kept for the hybrid loop's local search, which starts from the program's own output
+        atomic_write_json(path.with_name(f"iter_{iteration:03d}_points.json"), {"points": points}, indent=None)
     return extraction, str(path.relative_to(recorder.run_dir)), evaluation
 
 
@@ -241,25 +246,14 @@ def _new_step(iteration: int, sent: list[int], reply: ChatReply, reply_index: in
 # Hybrid: local search polishes the program's output
 
 
-def program_points(path: str | Path, *, timeout_s: float, memory_mb: int) -> list | None:
-    """The points a candidate program returns, run in the evaluator's sandbox (None when it fails)."""
-    import shutil
-    import tempfile
-
-    from hw3lib.kissing import evaluator
-
-    # evaluate_program returns metrics only; the hybrid loop also needs the points themselves, so it
-    # reuses the evaluator's sandbox runner with the same limits.
-    workdir = Path(tempfile.mkdtemp(prefix="kissing_points_"))
-    try:
-        outcome = evaluator._run_in_sandbox(Path(path).read_text(encoding="utf-8"), workdir, timeout_s, memory_mb)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return outcome.get("points") if outcome.get("ok") else None
+def program_points(recorder: RunRecorder, step: dict) -> list | None:
+    """The points a valid candidate returned (saved beside it by `_evaluate_reply`), or None."""
+    path = recorder.run_dir / "candidates" / f"iter_{step['iteration']:03d}_points.json"
+    return json.loads(path.read_text())["points"] if path.is_file() else None
 
 
 def polish_candidate(recorder: RunRecorder, step: dict, *, dimension: int, time_limit_s: float, seed: int,
-                     timeout_s: float, memory_mb: int, iterations: int | None = None) -> dict:
+                     iterations: int | None = None) -> dict:
     """Run the local search from the program's valid output; verify and store the polished set.
 
     The search runs over the equal-norm shell of the program's largest squared norm (so the set
@@ -275,9 +269,9 @@ def polish_candidate(recorder: RunRecorder, step: dict, *, dimension: int, time_
     if not evaluation["validity"]:
         return {**base, "status": "skipped",
                 "message": "skipped: the program gave no valid set to start from (fix it first)"}
-    points = program_points(recorder.run_dir / step["candidate"], timeout_s=timeout_s, memory_mb=memory_mb)
+    points = program_points(recorder, step)
     if points is None:
-        return {**base, "status": "skipped", "message": "skipped: re-running the program for its points failed"}
+        return {**base, "status": "skipped", "message": "skipped: the program's points were not saved"}
     norm_sq = max(sum(int(c) * int(c) for c in p) for p in points)
     start = time.perf_counter()
     try:
@@ -405,8 +399,7 @@ def agentic_refinement(responder: Responder, run_dir: str | Path, iterations: in
         step = _new_step(iteration, sent, reply, reply_index, extraction, candidate, evaluation, 0.0)
         if hybrid:
             step["polish"] = polish_candidate(recorder, step, dimension=dimension, time_limit_s=polish_seconds,
-                                              seed=seed + iteration, timeout_s=timeout_s, memory_mb=memory_mb,
-                                              iterations=polish_iterations)
+                                              seed=seed + iteration, iterations=polish_iterations)
             step["score"] = max(step["score"], step["polish"]["score"])
         step["wall_s"] = time.perf_counter() - start
         recorder.record(step)

@@ -68,6 +68,22 @@ def shell_vectors(norm_sq: int, dimension: int = 11, min_norm_sq: int | None = N
     return vectors[np.lexsort(vectors.T[::-1])]
 
 
+def shell_size(norm_sq: int, dimension: int = 11, min_norm_sq: int | None = None) -> int:
+    """How many vectors `shell_vectors` would return, without building them (theta-series count).
+
+    r_d(N) = #{x in Z^d : ||x||^2 = N} is the coefficient of q^N in theta(q)^d with
+    theta(q) = 1 + 2q + 2q^4 + 2q^9 + ...; e.g. r_11(2) = 220, r_11(4) = 5302.
+    """
+    low = norm_sq if min_norm_sq is None else max(1, min_norm_sq)
+    theta = [0] * (norm_sq + 1)
+    for k in range(-math.isqrt(norm_sq), math.isqrt(norm_sq) + 1):
+        theta[k * k] += 1
+    counts = [1] + [0] * norm_sq  # r_0 = 1 at N = 0
+    for _ in range(dimension):
+        counts = [sum(counts[a] * theta[total - a] for a in range(total + 1)) for total in range(norm_sq + 1)]
+    return sum(counts[low:norm_sq + 1])
+
+
 def conflict_graph(points: np.ndarray, threshold: int) -> list[np.ndarray]:
     """For each point, the indices of the others at squared distance < threshold (exact).
 
@@ -247,7 +263,8 @@ def grow_independent_set(neighbours: list[np.ndarray], initial=(), seed: int = 0
     if state is not None:
         rng.bit_generator.state = state["rng_state"]
         current.reset_to(state["current"])
-        best, history, done = list(state["best"]), list(state["history"]), int(state["iteration"])
+        best, done = list(state["best"]), int(state["iteration"])
+        history = [row for row in state["history"] if not row.get("final")]  # the end row is re-added below
         elapsed_before = float(state["elapsed_s"])
     else:
         for v in initial:
@@ -321,6 +338,10 @@ def local_search(initial_points=None, norm_sq: int | None = None, seed: int = 0,
     if norm_sq is None:
         norm_sq = int(np.einsum("ij,ij->i", start_points, start_points).max()) if start_points is not None else 4
     if candidates is None:
+        if shell_size(norm_sq, dimension, min_norm_sq) > MAX_CANDIDATES:
+            raise ValueError(f"local_search: the shell {min_norm_sq or norm_sq} <= |x|^2 <= {norm_sq} has "
+                             f"{shell_size(norm_sq, dimension, min_norm_sq)} vectors (max {MAX_CANDIDATES}); use a "
+                             "smaller norm_sq (e.g. 4), or pass an explicit `candidates` array")
         pool = shell_vectors(norm_sq, dimension, min_norm_sq)
     else:
         pool = _as_int_matrix(candidates, dimension)
