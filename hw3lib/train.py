@@ -96,8 +96,9 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
     """Run GRPO as configured by `cfg`; `resume=True` continues from `runs/<name>`'s latest checkpoint.
 
     `callback` (optional) is called once per optimizer step, after the microbatches' gradients
-    are accumulated and before clipping and the update, with `{"policy", "optimizer", "step",
-    "grpo_step", "epoch"}` -- for inspecting gradients, progress displays or fault injection.
+    are accumulated and before clipping and the update, with `{"policy", "optimizer", "engine",
+    "step", "grpo_step", "epoch"}` -- for inspecting gradients or the engine's weights, progress
+    displays, or fault injection.
     """
     from hw3lib.data import format_prompt
     from hw3lib.generation import SamplingConfig
@@ -226,14 +227,14 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
                     sums = defaultdict(float)
                     for start in range(first, first + cfg.train_batch_size, micro):
                         idx = order[start:start + micro]  # [b]
-                        width = int(batch["lengths"][idx].max())  # right padding beyond it is dropped
-                        input_ids = batch["input_ids"][idx, :width]  # [b, T]
-                        labels = batch["labels"][idx, :width]  # [b, T]
-                        mask = batch["response_mask"][idx, :width]  # [b, T]
-                        out = get_response_log_probs(policy, input_ids, labels, return_token_entropy=True)
+                        # Label columns from the earliest response token to the longest row's end.
+                        cols = slice(int(batch["response_start"][idx].min()), int(batch["lengths"][idx].max()))
+                        mask = batch["response_mask"][idx, cols]  # [b, T]
+                        out = response_log_probs(policy, batch["input_ids"][idx, :cols.stop],
+                                                 batch["labels"][idx, cols], return_token_entropy=True)
                         log_probs = out["log_probs"]  # [b, T]
                         if ratio_loss:
-                            old = old_log_probs[idx, :width] if old_log_probs is not None else log_probs.detach()  # [b, T]
+                            old = old_log_probs[idx, cols] if old_log_probs is not None else log_probs.detach()  # [b, T]
                         loss, stats = grpo_microbatch_train_step(
                             log_probs, mask, cfg.gradient_accumulation_steps, cfg.loss_type,
                             raw_rewards=raw_rewards[idx], advantages=advantages[idx],
@@ -249,12 +250,12 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
                         if "ratio_mean" in stats:
                             sums["ratio_mean"] += share * stats["ratio_mean"].item()
                         if ref_log_probs is not None:
-                            k1, k3 = kl_estimates(log_probs.detach(), ref_log_probs[idx, :width], mask)
+                            k1, k3 = kl_estimates(log_probs.detach(), ref_log_probs[idx, cols], mask)
                             sums["kl_k1"] += share * k1.item()
                             sums["kl_k3"] += share * k3.item()
                     if callback is not None:
-                        callback({"policy": policy, "optimizer": optimizer, "step": state["optimizer_step"] + 1,
-                                  "grpo_step": grpo_step, "epoch": epoch})
+                        callback({"policy": policy, "optimizer": optimizer, "engine": engine,
+                                  "step": state["optimizer_step"] + 1, "grpo_step": grpo_step, "epoch": epoch})
                     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
                     if math.isfinite(sums["loss"]) and math.isfinite(grad_norm):
                         optimizer.step()
@@ -443,9 +444,10 @@ def rollout_tensors(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[
                     pad_id: int) -> dict[str, torch.Tensor]:
     """Prompt + response token ids, right-padded, shifted by one like `sft.tokenize_prompt_and_output`.
 
-    Returns `input_ids`, `labels`, `response_mask` (`[N, L - 1]`) and `lengths` (`[N]`: each
-    row's real length in these shifted tensors). Rows are left-aligned, so a subset of rows
-    trimmed to its own longest `lengths` keeps every position where it was.
+    Returns `input_ids`, `labels`, `response_mask` (`[N, L - 1]`), `lengths` (`[N]`: each row's
+    real length in these shifted tensors) and `response_start` (`[N]`: the label column of each
+    row's first response token). Rows are left-aligned, so a subset of rows cut to the columns
+    `[min response_start, max lengths)` keeps every response position where it was.
     """
     if len(prompt_ids) != len(response_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
@@ -457,7 +459,8 @@ def rollout_tensors(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[
         is_response[row, len(prompt):totals[row]] = True
     return {"input_ids": full[:, :-1], "labels": full[:, 1:],  # [N, L-1]
             "response_mask": is_response[:, 1:],  # [N, L-1]: label j is token j + 1
-            "lengths": torch.tensor(totals) - 1}  # [N]
+            "lengths": torch.tensor(totals) - 1,  # [N]
+            "response_start": torch.tensor([len(p) for p in prompt_ids]) - 1}  # [N]
 
 
 def kl_estimates(log_probs: torch.Tensor, ref_log_probs: torch.Tensor,
@@ -472,11 +475,27 @@ def kl_estimates(log_probs: torch.Tensor, ref_log_probs: torch.Tensor,
     return masked_mean(-delta, mask), masked_mean(torch.expm1(delta) - delta, mask)
 
 
-def batched_log_probs(model, batch: dict[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
-    """log p(label | prefix) of every row of `batch` under `model`, in microbatches, without autograd.
+def response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
+                       return_token_entropy: bool = False) -> dict[str, torch.Tensor]:
+    """`sft.get_response_log_probs` for the LAST `labels.shape[1]` positions of `input_ids` only.
 
-    Returns `[N, L - 1]` float32 (zeros past each row's length), cloned out of inference mode so
-    the loss may use it as a constant.
+    `input_ids` `[b, L]`, `labels` `[b, T]` with T <= L (the labels of the last T positions).
+    The model computes logits for those positions only (`logits_to_keep`), so the lm_head and
+    the entropy skip the prompt, and builds no KV cache. Returns `[b, T]` tensors.
+    """
+    keep = labels.shape[1]
+
+    def last_positions(ids):
+        return model(ids, use_cache=False, logits_to_keep=keep)  # .logits: [b, T, V]
+
+    return get_response_log_probs(last_positions, input_ids, labels, return_token_entropy=return_token_entropy)
+
+
+def batched_log_probs(model, batch: dict[str, torch.Tensor], micro_batch_size: int) -> torch.Tensor:
+    """log p(label | prefix) of every response token of `batch` under `model`, in microbatches, no autograd.
+
+    Returns `[N, L - 1]` float32 aligned with `batch["labels"]` (zeros outside the responses),
+    cloned out of inference mode so the loss may use it as a constant.
     """
     n, width = batch["labels"].shape
     out = torch.zeros((n, width), dtype=torch.float32, device=batch["labels"].device)  # [N, L-1]
@@ -485,9 +504,9 @@ def batched_log_probs(model, batch: dict[str, torch.Tensor], micro_batch_size: i
     with torch.inference_mode():
         for start in range(0, n, micro_batch_size):
             rows = slice(start, start + micro_batch_size)
-            w = int(batch["lengths"][rows].max())
-            lp = get_response_log_probs(model, batch["input_ids"][rows, :w], batch["labels"][rows, :w])["log_probs"]
-            out[rows, :w] = lp.float()  # [b, w]
+            cols = slice(int(batch["response_start"][rows].min()), int(batch["lengths"][rows].max()))
+            lp = response_log_probs(model, batch["input_ids"][rows, :cols.stop], batch["labels"][rows, cols])
+            out[rows, cols] = lp["log_probs"].float()  # [b, T]
     model.train(was_training)
     return out.clone()
 

@@ -52,8 +52,9 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
 
     from hw3lib.data import arithmetic_sft_target, format_prompt, make_arithmetic_problems
     from hw3lib.io import atomic_write_json, cache_dir
-    from hw3lib.sft import get_response_log_probs, sft_microbatch_train_step, tokenize_prompt_and_output
+    from hw3lib.sft import sft_microbatch_train_step, tokenize_prompt_and_output
     from hw3lib.tiny import load_model_and_tokenizer, resolve_model
+    from hw3lib.train import response_log_probs
 
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ValueError(f"sft_warm_start: steps={steps}, batch_size={batch_size} and lr={lr} must be positive")
@@ -81,10 +82,12 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     for step in range(steps):
         picks = torch.randint(len(records), (batch_size,), generator=generator).tolist()
         batch = tokenize_prompt_and_output([prompts[i] for i in picks], [targets[i] for i in picks], tokenizer)
-        log_probs = get_response_log_probs(policy, batch["input_ids"], batch["labels"])["log_probs"]  # [B, T]
-        mean_length = batch["response_mask"].sum().item() / batch_size
-        _, stats = sft_microbatch_train_step(log_probs, batch["response_mask"], gradient_accumulation_steps=1,
-                                             normalize_constant=mean_length)
+        # Logits only from the first response column on: the shared prompt needs no lm_head.
+        first = int(batch["response_mask"].int().argmax(dim=1).min())
+        log_probs = response_log_probs(policy, batch["input_ids"], batch["labels"][:, first:])["log_probs"]  # [B, T]
+        mask = batch["response_mask"][:, first:]  # [B, T]
+        _, stats = sft_microbatch_train_step(log_probs, mask, gradient_accumulation_steps=1,
+                                             normalize_constant=mask.sum().item() / batch_size)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
         schedule.step()

@@ -131,6 +131,8 @@ def test_evaluate_writes_rows_and_summary(tmp_path):
 
 
 def test_evaluate_names_a_missing_field(tmp_path):
+    with pytest.raises(ValueError, match="no examples"):
+        evaluate(ScriptedEngine(), _answer_reward, [], "r1_zero", SamplingConfig(), tmp_path, progress=False)
     with pytest.raises(KeyError, match="example 0 has no 'problem' field"):
         evaluate(ScriptedEngine(), _answer_reward, EXAMPLES, "r1_zero", SamplingConfig(), tmp_path,
                  question_key="problem", progress=False)
@@ -145,7 +147,7 @@ def test_evaluate_resumes_after_interruption_and_reuses_finished_runs(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         evaluate(crashing, _answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path / "resumed", batch_size=2,
                  progress=False)
-    assert len(list((tmp_path / "resumed" / "checkpoint").glob("chunk_*.json"))) == 2
+    assert len(list((tmp_path / "resumed" / "checkpoint").glob("chunk_*.jsonl"))) == 2
     assert not (tmp_path / "resumed" / "summary.json").exists()
 
     again = ScriptedEngine()

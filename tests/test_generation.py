@@ -203,6 +203,21 @@ def test_greedy_matches_unpadded_generate_and_ends_correctly(engine, prompts, fr
     assert {s.finish_reason for s in free_greedy} == {"eos", "length"}  # the lively model really ends some samples
 
 
+def test_recorded_logprobs_equal_the_output_logits_route(engine, prompts):
+    """The recorder's log-probs == log_softmax of `generate(output_logits=True)`'s raw logits at the chosen tokens."""
+    ids = torch.tensor([engine.tokenizer(prompts[0], add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        out = engine.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                                    min_new_tokens=16, output_logits=True, return_dict_in_generate=True,
+                                    pad_token_id=engine.tokenizer.pad_token_id)
+    tokens = out.sequences[0, ids.shape[1]:]  # [T]
+    expected = torch.stack([torch.log_softmax(step[0].float(), -1)[token]
+                            for step, token in zip(out.logits, tokens)])  # [T]
+    (sample,), = engine.generate(prompts[:1], SamplingConfig(temperature=0, max_tokens=16, min_tokens=16, stop=()))
+    assert sample.token_ids == tokens.tolist()
+    assert torch.allclose(torch.tensor(sample.logprobs), expected, atol=1e-5)
+
+
 def test_logprobs_are_raw_model_logprobs(engine, prompts):
     """With temperature, top-p and min_tokens on, reported log-probs are still the raw distribution's."""
     sampling = SamplingConfig(n=2, temperature=0.7, top_p=0.8, min_tokens=3, max_tokens=24, stop=(), seed=3)
@@ -242,6 +257,7 @@ def test_stop_strings(engine, prompts, free_greedy):
     stop = next(text[i:i + 3] for i in range(8, len(text) - 3) if all(c.isalnum() or c == " " for c in text[i:i + 3]))
     for include in (True, False):
         sampling = SamplingConfig(temperature=0, max_tokens=48, stop=(stop,), include_stop_str_in_output=include)
+        stopped = 0
         for unstopped, (sample,) in zip(free_greedy, engine.generate(prompts, sampling)):
             where = unstopped.text.find(stop)
             if where == -1:
@@ -251,7 +267,10 @@ def test_stop_strings(engine, prompts, free_greedy):
             assert sample.text == (unstopped.text[:where + len(stop)] if include else unstopped.text[:where])
             keep = len(sample.token_ids)
             assert sample.token_ids == unstopped.token_ids[:keep] and sample.logprobs == unstopped.logprobs[:keep]
-            assert stop in engine.tokenizer.decode(sample.token_ids) and stop not in engine.tokenizer.decode(sample.token_ids[:-1])
+            assert stop in engine.tokenizer.decode(sample.token_ids)
+            assert stop not in engine.tokenizer.decode(sample.token_ids[:-1])
+            stopped += 1
+        assert stopped >= 1  # the stop string comes from one of these continuations
 
 
 def test_static_cache_gives_the_same_greedy_tokens(lively_dir, prompts, free_greedy):

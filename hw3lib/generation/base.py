@@ -84,9 +84,9 @@ class Sample:
     token_ids: list[int]
     """The sampled tokens, including the EOS or stop-completing token that ended the sample."""
     logprobs: list[float]
-    """log p(token | prefix) of every entry of `token_ids` under the model's raw (temperature-1, unfiltered) distribution."""
+    """log p(token | prefix) of each token under the model's raw (temperature-1, unfiltered) distribution."""
     finish_reason: str
-    """"stop" (a stop string), "eos" (end-of-sequence token) or "length" (token budget or context full)."""
+    """Why it ended: "stop" (a stop string), "eos" (end-of-sequence token), "length" (budget or context full)."""
     mean_logprob: float = field(init=False)
     """Mean of `logprobs`; NaN for an empty sample (cannot happen: every sample has >= 1 token)."""
 

