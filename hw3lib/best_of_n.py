@@ -29,7 +29,6 @@ off the same samples:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from hw3lib.io import atomic_write_json, figures_dir
+from hw3lib.rewards import extract_question_only_answer, extract_r1_zero_answer
 
 DEFAULT_NS = (1, 4, 8, 16)
 
@@ -145,39 +145,6 @@ def normalize_answer(answer: str | None) -> str | None:
     if value is not None:
         return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
     return text or None
-
-
-def extract_r1_zero_answer(response: str) -> str | None:
-    """The answer `r1_zero_reward_fn` grades, or None when the response is unformatted.
-
-    Same contract as the reward: formatted iff it contains "</think> <answer>" and "</answer>";
-    the answer is the text after the last `<answer>` without `</answer>`, or the content of its
-    `\\boxed{}` (None for an unclosed box).
-    """
-    from hw3lib.data import extract_boxed_answer
-
-    if not isinstance(response, str) or "</think> <answer>" not in response or "</answer>" not in response:
-        return None
-    answer = response.rsplit("<answer>", 1)[1].replace("</answer>", "").strip()
-    if "\\boxed" in answer or "\\fbox" in answer:
-        return extract_boxed_answer(answer)
-    return answer or None
-
-
-_LAST_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
-
-
-def extract_question_only_answer(response: str) -> str | None:
-    """The answer `question_only_reward_fn` grades: the last `\\boxed{}`, else the last number, else None."""
-    from hw3lib.data import extract_boxed_answer
-
-    if not isinstance(response, str):
-        return None
-    boxed = extract_boxed_answer(response)
-    if boxed is not None:
-        return boxed
-    numbers = _LAST_NUMBER.findall(response)
-    return numbers[-1] if numbers else None
 
 
 ANSWER_EXTRACTORS = {"r1_zero": extract_r1_zero_answer, "question_only": extract_question_only_answer}

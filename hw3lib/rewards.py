@@ -108,16 +108,32 @@ def _scores(format_reward: float, answer_reward: float) -> dict[str, float]:
 
 # ---- reward functions ---------------------------------------------------------------------------
 
+def is_r1_zero_formatted(response: Any) -> bool:
+    """The course's strict format check: both "</think> <answer>" and "</answer>" occur."""
+    return isinstance(response, str) and "</think> <answer>" in response and "</answer>" in response
+
+
+def extract_r1_zero_answer(response: Any) -> str | None:
+    """The answer `r1_zero_reward_fn` grades, or None (unformatted, empty, or an unclosed `\\boxed{`).
+
+    The text after the last `<answer>` with `</answer>` removed; the content of a `\\boxed{}` in it.
+    """
+    if not is_r1_zero_formatted(response):
+        return None
+    answer = response.rsplit("<answer>", 1)[1].replace("</answer>", "").strip()
+    if "\\boxed" in answer or "\\fbox" in answer:
+        return extract_boxed_answer(answer)
+    return answer or None
+
+
 def r1_zero_reward_fn(response: str, ground_truth: Any, fast: bool = True) -> dict[str, float]:
     """Strict R1-Zero reward: format 1 iff "</think> <answer>" and "</answer>" occur; see the module doc."""
-    if not isinstance(response, str) or "</think> <answer>" not in response or "</answer>" not in response:
+    if not is_r1_zero_formatted(response):
         return _scores(0.0, 0.0)
-    model_answer = response.rsplit("<answer>", 1)[1].replace("</answer>", "").strip()
-    if "\\boxed" in model_answer or "\\fbox" in model_answer:
-        model_answer = extract_boxed_answer(model_answer)
-        if model_answer is None:
-            return _scores(1.0, 0.0)
-    return _scores(1.0, float(answers_equivalent(model_answer, ground_truth, fast=fast)))
+    answer = extract_r1_zero_answer(response)
+    if answer is None:
+        return _scores(1.0, 0.0)
+    return _scores(1.0, float(answers_equivalent(answer, ground_truth, fast=fast)))
 
 
 # The last number of a free-form response: optional minus (not one glued to a preceding word or
@@ -125,14 +141,20 @@ def r1_zero_reward_fn(response: str, ground_truth: Any, fast: bool = True) -> di
 _LAST_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 
 
+def extract_question_only_answer(response: Any) -> str | None:
+    """The answer `question_only_reward_fn` grades: the last `\\boxed{}`, else the last number, else None."""
+    if not isinstance(response, str):
+        return None
+    boxed = extract_boxed_answer(response)
+    if boxed is not None:
+        return boxed
+    numbers = _LAST_NUMBER.findall(response)
+    return numbers[-1] if numbers else None
+
+
 def question_only_reward_fn(response: str, ground_truth: Any, fast: bool = True) -> dict[str, float]:
     """Reward for the question-only prompt: the last `\\boxed{}` or else the last number is the answer."""
-    if not isinstance(response, str):
-        return _scores(0.0, 0.0)
-    answer = extract_boxed_answer(response)
-    if answer is None:
-        numbers = _LAST_NUMBER.findall(response)
-        answer = numbers[-1] if numbers else None
+    answer = extract_question_only_answer(response)
     if answer is None:
         return _scores(0.0, 0.0)
     return _scores(1.0, float(answers_equivalent(answer, ground_truth, fast=fast)))

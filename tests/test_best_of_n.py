@@ -132,7 +132,7 @@ def test_extractors_agree_with_the_reward_functions(prompt, reward_fn_name):
 
 
 def test_extracted_answers_by_hand():
-    from hw3lib.best_of_n import extract_question_only_answer, extract_r1_zero_answer
+    from hw3lib.rewards import extract_question_only_answer, extract_r1_zero_answer
 
     assert [extract_r1_zero_answer(r) for r in RESPONSES[:6]] == ["18", "$18.0$", None, None, None, "18"]
     assert [extract_question_only_answer(r) for r in RESPONSES[6:]] == ["1,800", "18", None]
