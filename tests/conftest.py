@@ -1,4 +1,4 @@
-"""Shared pytest set-up: point the data loaders at ../shared/data and keep torch single-threaded.
+"""Shared pytest set-up: point the data loaders at ../shared/data and keep the hub offline.
 
 The repository is cloned with `../shared` beside it (CI and developer machines); tests never
 reach the network.
