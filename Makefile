@@ -10,6 +10,8 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 # The shared test data sits next to the project in CI and on developer machines.
 SHARED_DATA := $(abspath ../shared/data)
 export HW3_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/gsm8k/test.jsonl),$(SHARED_DATA),$(abspath data))
+# Built artefacts (the tiny model, warm starts) live in the checkout, so a fresh clone builds its own.
+export HW3_CACHE_DIR ?= $(abspath .cache)
 export PYTHONHASHSEED := 0
 export TOKENIZERS_PARALLELISM := false
 

@@ -35,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hw3lib.io import atomic_write_json, figures_dir
-from hw3lib.rewards import extract_question_only_answer, extract_r1_zero_answer
+from hw3lib.io import atomic_write_json, save_figure
+from hw3lib.rewards import extract_question_only_answer, extract_r1_zero_answer, parse_plain_number
+from hw3lib.rewards import normalize_answer as grader_normalize
 
 DEFAULT_NS = (1, 4, 8, 16)
 
@@ -136,8 +137,6 @@ def normalize_answer(answer: str | None) -> str | None:
     answers keep their normalised text (case kept: x and X differ in maths). None or an empty
     answer gives None (such samples do not vote).
     """
-    from hw3lib.rewards import normalize_answer as grader_normalize, parse_plain_number
-
     if answer is None or not answer.strip():
         return None
     text = grader_normalize(answer)
@@ -218,10 +217,6 @@ def plot_best_of_n(metrics: dict, path_stem: str | Path = "best_of_n", title: st
     """
     import matplotlib.pyplot as plt
 
-    stem = Path(path_stem)
-    if stem.parent == Path("."):
-        stem = figures_dir() / stem
-    stem.parent.mkdir(parents=True, exist_ok=True)
     ns = metrics["N"]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     curves = (
@@ -241,8 +236,7 @@ def plot_best_of_n(metrics: dict, path_stem: str | Path = "best_of_n", title: st
     ax.set_title(title or f"Best-of-N on {metrics['num_prompts']} prompts, n = {metrics['n_samples']}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    for suffix in (".pdf", ".png"):
-        fig.savefig(stem.with_suffix(suffix), dpi=150)
+    save_figure(fig, path_stem, dpi=150)
     return fig
 
 

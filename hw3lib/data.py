@@ -25,9 +25,9 @@ import random
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
-from hw3lib.io import DataFileError, atomic_write_jsonl, iter_jsonl, project_root
+from hw3lib.io import DataFileError, atomic_write_jsonl, iter_jsonl_numbered, project_root
 
 GSM8K_HUB_ID = "openai/gsm8k"
 GSM8K_HUB_CONFIG = "main"
@@ -71,7 +71,7 @@ def load_gsm8k(split: str = "test", data_dir: str | os.PathLike | None = None, l
     if not path.is_file():
         _obtain_gsm8k(path.parent, download)
     records = []
-    for line, row in _numbered_rows(path):
+    for line, row in iter_jsonl_numbered(path):
         if limit is not None and len(records) >= limit:
             break
         records.append(_gsm8k_record(row, path, line))
@@ -148,13 +148,6 @@ def _check_limit(limit: int | None) -> None:
         raise ValueError(f"limit={limit!r}: pass None (all records) or a non-negative int")
 
 
-def _numbered_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, row) pairs; iter_jsonl checks JSON, we recover line numbers for field errors."""
-    with open(path, "rb") as handle:
-        numbers = [n for n, raw in enumerate(handle.read().split(b"\n"), start=1) if raw.strip()]
-    return zip(numbers, iter_jsonl(path))
-
-
 # ---- MATH-style data ----------------------------------------------------------------------------
 
 def load_math(source: str | os.PathLike, split: str = "test", limit: int | None = None) -> list[dict]:
@@ -172,7 +165,7 @@ def load_math(source: str | os.PathLike, split: str = "test", limit: int | None 
         if not path.is_file():
             raise DataFileError(f"{path}: file not found; pass a MATH-style jsonl with 'problem' and "
                                 "'solution' fields per line (see data/README.md), or a hub dataset id")
-        rows: Iterable[tuple[Any, dict]] = ((f"{path}:{line}", row) for line, row in _numbered_rows(path))
+        rows: Iterable[tuple[Any, dict]] = ((f"{path}:{line}", row) for line, row in iter_jsonl_numbered(path))
     else:
         hub_rows = enumerate(_hub_rows(str(source), split))
         rows = ((f"{source} [{split}] row {index}", dict(row)) for index, row in hub_rows)

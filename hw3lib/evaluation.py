@@ -31,6 +31,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import math
 import random
 import shutil
 import time
@@ -38,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hw3lib.io import atomic_write_json, atomic_write_jsonl, figures_dir, read_jsonl
+from hw3lib.io import atomic_write_json, atomic_write_jsonl, read_jsonl, save_figure
 
 # (key, label): reward categories of one sample; the label reads format / answer reward.
 CATEGORIES = (
@@ -218,10 +219,6 @@ def plot_categories(summary: dict, path_stem: str | Path = "zero_shot_categories
     """Bar chart of the category counts; saves `<stem>.pdf` and `<stem>.png` (bare stem: in figures/)."""
     import matplotlib.pyplot as plt
 
-    stem = Path(path_stem)
-    if stem.parent == Path("."):
-        stem = figures_dir() / stem
-    stem.parent.mkdir(parents=True, exist_ok=True)
     table = category_table(summary)
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     bars = ax.bar([f"{r['category']}\n({r['format / answer reward']})" for r in table], [r["count"] for r in table],
@@ -232,8 +229,7 @@ def plot_categories(summary: dict, path_stem: str | Path = "zero_shot_categories
     ax.set_title(title or f"{summary.get('model', '')}: {summary['num_samples']} samples", fontsize=9)
     ax.margins(y=0.15)
     fig.tight_layout()
-    for suffix in (".pdf", ".png"):
-        fig.savefig(stem.with_suffix(suffix), dpi=150)
+    save_figure(fig, path_stem, dpi=150)
     return fig
 
 
@@ -248,7 +244,8 @@ def _score_row(index: int, key: str, question: str, prompt: str, truth: str, sam
             "answer_reward": float(rewards["answer_reward"]),
             "num_tokens": len(sample.token_ids),
             "finish_reason": sample.finish_reason,
-            "mean_logprob": None if sample.mean_logprob is None else float(sample.mean_logprob),
+            # NaN (no tokens) is not valid JSON: store None, which best_of_n reads back as NaN.
+            "mean_logprob": None if not math.isfinite(sample.mean_logprob) else float(sample.mean_logprob),
         })
     return {"index": index, "key": key, "question": question, "prompt": prompt, "ground_truth": truth,
             "generations": generations}

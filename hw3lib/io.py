@@ -103,6 +103,11 @@ def iter_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> Ite
 
     `allow_torn_tail` skips an unparsable *last* line (what a killed writer leaves behind).
     """
+    return (row for _, row in iter_jsonl_numbered(path, allow_torn_tail=allow_torn_tail))
+
+
+def iter_jsonl_numbered(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> Iterator[tuple[int, dict]]:
+    """`iter_jsonl` with each row's 1-based line number, for callers that check fields and must name the line."""
     path = Path(path)
     if not path.is_file():
         raise DataFileError(f"{path}: file not found")
@@ -120,11 +125,30 @@ def iter_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> Ite
             raise DataFileError(f"{path}:{number}: not valid JSON ({exc}); fix or remove this line") from None
         if not isinstance(row, dict):
             raise DataFileError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        yield row
+        yield number, row
 
 
 def read_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> list[dict]:
     return list(iter_jsonl(path, allow_torn_tail=allow_torn_tail))
+
+
+def save_figure(fig, path_stem: str | os.PathLike, suffixes: Iterable[str] = (".pdf", ".png"), **savefig_kwargs) -> list[Path]:
+    """Save a matplotlib figure as `<stem><suffix>` for each suffix, atomically; returns the paths.
+
+    A bare stem (no folder) goes to `figures/`; a path with folders is used as given. Each file is
+    rendered into memory first, so a crash mid-plot never leaves a torn PDF/PNG for the writeup.
+    """
+    from io import BytesIO  # the standard library's io (absolute import), not this module
+
+    stem = Path(path_stem)
+    if stem.parent == Path("."):
+        stem = figures_dir() / stem
+    written = []
+    for suffix in suffixes:
+        buffer = BytesIO()
+        fig.savefig(buffer, format=suffix.lstrip("."), **savefig_kwargs)
+        written.append(atomic_write_bytes(stem.with_name(stem.name + suffix), buffer.getvalue()))
+    return written
 
 
 def _json_default(obj: Any) -> Any:

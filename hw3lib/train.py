@@ -650,3 +650,52 @@ def load_checkpoint(checkpoint: Path, optimizer, run_dir: Path) -> dict:
     state = json.loads((checkpoint / "state.json").read_text())
     state.pop("partial_step", None)
     return state
+
+
+# ---- reading a run back (notebooks, writeup) -------------------------------------------------------------
+
+TIME_PARTS = ("generation", "scoring", "old_logprobs", "train", "weight_sync")
+
+
+def time_breakdown(metrics: Sequence[dict]) -> list[dict]:
+    """Seconds per GRPO step by phase (`generation`, `scoring`, `old_logprobs`, `train`, `weight_sync`,
+    `eval`): each rollout batch's optimizer-step rows summed, its validation (if any) added."""
+    steps: dict[int, dict] = {}
+    for row in metrics:
+        step = row.get("grpo_step", 0)
+        if step == 0:
+            continue
+        parts = steps.setdefault(step, {"grpo_step": step, **{part: 0.0 for part in (*TIME_PARTS, "eval")}})
+        if "train/loss" in row:
+            for part in TIME_PARTS:
+                parts[part] += row[f"time/{part}_s"]
+        if "time/eval_s" in row:
+            parts["eval"] += row["time/eval_s"]
+    return [steps[k] for k in sorted(steps)]
+
+
+def run_summary(result: RunResult) -> dict:
+    """Key numbers of a run for the writeup: validation before/after, rise, wall-clock, mean step time."""
+    evals, rows = result.eval_rows, result.train_rows
+    breakdown = time_breakdown(result.metrics)
+    mean_parts = {part: float(np.mean([b[part] for b in breakdown])) if breakdown else 0.0
+                  for part in (*TIME_PARTS, "eval")}
+    return {
+        "profile": result.config.profile, "model": result.config.model, "dataset": result.config.dataset,
+        "loss_type": result.config.loss_type, "grpo_steps": result.grpo_steps,
+        "optimizer_steps": result.optimizer_steps, "skipped_steps": result.skipped_steps,
+        "eval_answer_reward_start": evals[0]["eval/answer_reward"] if evals else None,
+        "eval_answer_reward_end": evals[-1]["eval/answer_reward"] if evals else None,
+        "eval_answer_reward_rise": evals[-1]["eval/answer_reward"] - evals[0]["eval/answer_reward"] if evals else None,
+        "eval_format_reward_end": evals[-1]["eval/format_reward"] if evals else None,
+        "train_reward_first": rows[0]["train/reward"] if rows else None,
+        "train_reward_last": rows[-1]["train/reward"] if rows else None,
+        "wall_clock_s": result.elapsed_s,
+        "mean_step_seconds_by_phase": mean_parts,
+        "mean_tokens_per_s": float(np.mean([r["time/tokens_per_s"] for r in rows])) if rows else None,
+    }
+
+
+def load_samples(run_dir: str | Path, grpo_step: int) -> list[dict]:
+    """The validation rollouts saved at `grpo_step` (samples/step_XXXX.jsonl)."""
+    return read_jsonl(Path(run_dir) / "samples" / f"step_{grpo_step:04d}.jsonl")

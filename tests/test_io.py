@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from hw3lib.io import (DataFileError, append_jsonl, atomic_write_json, atomic_write_jsonl, read_jsonl,
-                       project_root)
+from hw3lib.io import (DataFileError, append_jsonl, atomic_write_json, atomic_write_jsonl, iter_jsonl_numbered,
+                       project_root, read_jsonl, save_figure)
 
 
 def test_atomic_write_json_round_trip_and_no_temp_left(tmp_path):
@@ -55,3 +55,20 @@ def test_jsonl_round_trip(tmp_path):
 def test_project_root_finds_the_checkout():
     root = project_root()
     assert (root / "pyproject.toml").is_file() and (root / "hw3lib").is_dir()
+
+
+def test_numbered_rows_count_blank_lines(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_text('{"a": 1}\n\n  \n{"a": 2}\n')
+    assert list(iter_jsonl_numbered(path)) == [(1, {"a": 1}), (4, {"a": 2})]
+
+
+def test_save_figure_writes_each_format_whole_and_keeps_dotted_stems(tmp_path):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    fig.subplots().plot([0, 1], [1, 0])
+    paths = save_figure(fig, tmp_path / "plots" / "run.v2", dpi=50)
+    assert [p.name for p in paths] == ["run.v2.pdf", "run.v2.png"]
+    assert paths[0].read_bytes()[:5] == b"%PDF-" and paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(os.listdir(tmp_path / "plots")) == ["run.v2.pdf", "run.v2.png"]  # no temporary files left

@@ -21,11 +21,19 @@ seeds) are in hw3lib.generation.base.
 from __future__ import annotations
 
 from hw3lib.generation.base import FINISH_REASONS, Sample, SamplingConfig
-from hw3lib.generation.hf_engine import TransformersEngine
 
 ENGINE_KINDS = ("transformers", "vllm")
 
 __all__ = ["ENGINE_KINDS", "FINISH_REASONS", "Sample", "SamplingConfig", "TransformersEngine", "make_engine"]
+
+
+def __getattr__(name: str):
+    # The engines import torch (seconds); `SamplingConfig` / `Sample` users should not pay for it.
+    if name == "TransformersEngine":
+        from hw3lib.generation.hf_engine import TransformersEngine
+
+        return TransformersEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "float32",
@@ -40,6 +48,8 @@ def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "f
     enable_sleep_mode, progress and any `vllm.LLM` argument).
     """
     if kind == "transformers":
+        from hw3lib.generation.hf_engine import TransformersEngine
+
         return TransformersEngine(model, device=device, dtype=dtype, **kw)
     if kind == "vllm":
         if not isinstance(model, str) and not hasattr(model, "__fspath__"):

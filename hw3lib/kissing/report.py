@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hw3lib.io import DataFileError, atomic_write_text
+from hw3lib.io import DataFileError, atomic_write_text, save_figure
 
 KNOWN_BOUNDS = {"classical": 582, "Ganzhinov 2022": 592, "AlphaEvolve 2025": 593}
 """Published lower bounds for the kissing number in dimension 11 (literature, not results)."""
@@ -238,11 +238,8 @@ def plot_scores(log: dict, path: str | Path) -> Path:
     # A bare Figure (no pyplot) leaves the caller's backend alone: a notebook keeps plotting inline.
     fig = Figure(figsize=FIGSIZE)
     draw_scores(fig.subplots(), log)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    tmp.replace(path)
-    return path
+    stem = Path(path).absolute().with_suffix("")  # absolute: a bare name stays in the cwd, not figures/
+    return save_figure(fig, stem, suffixes=(".png",), dpi=110, bbox_inches="tight")[0]
 
 
 def score_figure(log: dict):
