@@ -53,8 +53,9 @@ def run_ours(steps: int) -> list[float]:
     result = train(cfg)
     rows = [row for row in read_jsonl(result.run_dir / "metrics.jsonl") if "train/loss" in row]
     ends = [row["time/elapsed_s"] for row in rows]
-    print(f"ours: mean response length {statistics.mean(r['train/response_length_mean'] for r in rows):.1f} tokens",
-          file=sys.stderr)
+    phases = {p: statistics.mean(r[f"time/{p}_s"] for r in rows[1:]) for p in ("generation", "scoring", "train")}
+    print(f"ours: mean response length {statistics.mean(r['train/response_length_mean'] for r in rows):.1f} tokens; "
+          f"per step {', '.join(f'{p} {t:.2f} s' for p, t in phases.items())}", file=sys.stderr)
     return [b - a for a, b in zip(ends, ends[1:])]  # step k's time (k >= 2): its end minus step k-1's end
 
 

@@ -90,7 +90,11 @@ class GRPOConfig:
 
     # --- optimisation -------------------------------------------------------------------------------
     learning_rate: float = 1e-5
-    """AdamW learning rate (constant, no schedule)."""
+    """AdamW learning rate (constant after the optional warm-up)."""
+    lr_warmup_steps: int = 0
+    """Optimizer steps of linear learning-rate warm-up from 0 (the course: 0, a constant rate). Adam's
+    first updates move every weight by about the learning rate whatever the gradient's size, which
+    can wreck a small freshly fine-tuned model; a short warm-up avoids that."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     adam_betas: tuple[float, float] = (0.9, 0.95)
@@ -197,6 +201,7 @@ class GRPOConfig:
         need(self.cliprange > 0, f"cliprange={self.cliprange} must be > 0")
         need(self.learning_rate > 0 and self.max_grad_norm > 0,
              f"learning_rate={self.learning_rate} and max_grad_norm={self.max_grad_norm} must be > 0")
+        need(self.lr_warmup_steps >= 0, f"lr_warmup_steps={self.lr_warmup_steps} must be >= 0")
         need(self.checkpoint_every >= 0, f"checkpoint_every={self.checkpoint_every} must be >= 0")
         need(self.warm_start_steps >= 0, f"warm_start_steps={self.warm_start_steps} must be >= 0")
         need(0.0 < self.gpu_memory_utilization <= 1.0,

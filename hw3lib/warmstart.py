@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 # Bump when the recipe changes so stale warm starts are not reused.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 
 def warm_start_key(model_source: str, records: Sequence[dict], steps: int, lr: float, batch_size: int,
@@ -54,7 +54,7 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     from hw3lib.io import atomic_write_json, cache_dir
     from hw3lib.sft import sft_microbatch_train_step, tokenize_prompt_and_output
     from hw3lib.tiny import load_model_and_tokenizer, resolve_model
-    from hw3lib.train import response_log_probs
+    from hw3lib.train import response_log_probs, shared_prefix_length
 
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ValueError(f"sft_warm_start: steps={steps}, batch_size={batch_size} and lr={lr} must be positive")
@@ -75,6 +75,7 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     policy.train()
     prompts = [format_prompt(prompt, record["question"]) for record in records]
     targets = [arithmetic_sft_target(record) for record in records]
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - 0.9 * step / steps)
     generator = torch.Generator().manual_seed(seed)
@@ -84,7 +85,9 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
         batch = tokenize_prompt_and_output([prompts[i] for i in picks], [targets[i] for i in picks], tokenizer)
         # Logits only from the first response column on: the shared prompt needs no lm_head.
         first = int(batch["response_mask"].int().argmax(dim=1).min())
-        log_probs = response_log_probs(policy, batch["input_ids"], batch["labels"][:, first:])["log_probs"]  # [B, T]
+        prefix = shared_prefix_length([prompt_ids[i] for i in picks])  # the template, run once
+        log_probs = response_log_probs(policy, batch["input_ids"], batch["labels"][:, first:],
+                                       shared_prefix=prefix)["log_probs"]  # [B, T]
         mask = batch["response_mask"][:, first:]  # [B, T]
         _, stats = sft_microbatch_train_step(log_probs, mask, gradient_accumulation_steps=1,
                                              normalize_constant=mask.sum().item() / batch_size)

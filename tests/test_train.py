@@ -136,21 +136,43 @@ def test_rollout_tensors_hand_worked():
     assert out["response_start"].tolist() == [1, 0]  # label columns of the first response tokens
 
 
-def test_response_log_probs_match_the_full_forward(tiny_model_dir):
-    """Logits for the response columns only (logits_to_keep) give the full forward's log-probs there."""
+def test_shared_prefix_length():
+    from hw3lib.train import shared_prefix_length
+
+    assert shared_prefix_length([[1, 2, 3, 4], [1, 2, 3, 9, 9], [1, 2, 5]]) == 2
+    assert shared_prefix_length([[1, 2, 3], [1, 2, 3, 4]]) == 2  # one token short of the shortest prompt
+    assert shared_prefix_length([[7, 1], [8, 1]]) == 0
+
+
+@pytest.mark.parametrize("shared_prefix", [0, 2])
+def test_response_log_probs_match_the_full_forward(tiny_model_dir, shared_prefix):
+    """Logits for the response columns only (logits_to_keep), with or without the shared prompt prefix
+    run once, give the full forward's log-probs, entropies and parameter gradients. (Qwen3's RMSNorm
+    computes in float32 even in a float64 model, so the paths agree to float32 rounding.)"""
     from hw3lib.sft import get_response_log_probs
     from hw3lib.tiny import load_model_and_tokenizer
     from hw3lib.train import response_log_probs, rollout_tensors
 
     model, _ = load_model_and_tokenizer(str(tiny_model_dir))
-    batch = rollout_tensors([[5, 6, 7, 8], [9, 10, 11]], [[12, 13], [14, 15, 16]], pad_id=0)
+    model = model.double()
+    batch = rollout_tensors([[5, 6, 7, 8], [5, 6, 11]], [[12, 13], [14, 15, 16]], pad_id=0)
     full = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True)
-    cols = slice(int(batch["response_start"].min()), int(batch["lengths"].max()))  # columns 2..4
+    (full["log_probs"] * batch["response_mask"]).sum().backward()
+    expected_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    cols = slice(int(batch["response_start"].min()), int(batch["lengths"].max()))  # label columns 2..4
     part = response_log_probs(model, batch["input_ids"][:, :cols.stop], batch["labels"][:, cols],
-                              return_token_entropy=True)
+                              return_token_entropy=True, shared_prefix=shared_prefix)
     mask = batch["response_mask"][:, cols]
+    (part["log_probs"] * mask).sum().backward()
     for key in ("log_probs", "token_entropy"):
-        torch.testing.assert_close(part[key][mask], full[key][:, cols][mask], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(part[key][mask], full[key][:, cols][mask], rtol=1e-6, atol=1e-7)
+    for name, p in model.named_parameters():
+        scale = expected_grads[name].abs().max().item()
+        torch.testing.assert_close(p.grad, expected_grads[name], rtol=1e-4, atol=1e-6 * scale)
+    if shared_prefix:
+        with pytest.raises(ValueError, match="do not share"):
+            response_log_probs(model, batch["input_ids"], batch["labels"], shared_prefix=3)
 
 
 def test_kl_estimates_hand_worked():
