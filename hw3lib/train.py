@@ -249,8 +249,9 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
                         sums["entropy"] += share * masked_mean(out["token_entropy"], mask).item()
                         if "clip_fraction" in stats:
                             sums["clip_fraction"] += share * stats["clip_fraction"].item()
-                        if "ratio_mean" in stats:
-                            sums["ratio_mean"] += share * stats["ratio_mean"].item()
+                        if ratio_loss:  # over response tokens only (grpo's own stat also averages padding)
+                            ratio = torch.exp(log_probs.detach() - old)  # [b, T]
+                            sums["ratio_mean"] += share * masked_mean(ratio, mask).item()
                         if ref_log_probs is not None:
                             k1, k3 = kl_estimates(log_probs.detach(), ref_log_probs[idx, cols], mask)
                             sums["kl_k1"] += share * k1.item()

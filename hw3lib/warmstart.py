@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import shutil
 import tempfile
 import time
@@ -27,11 +28,16 @@ from pathlib import Path
 RECIPE_VERSION = 2
 
 
+def direct_answer_target(record: dict) -> str:
+    """The R1-Zero completion without the working: " </think> <answer> 68 </answer>"."""
+    return f" </think> <answer> {record['gold']} </answer>"
+
+
 def warm_start_key(model_source: str, records: Sequence[dict], steps: int, lr: float, batch_size: int,
-                   seed: int, prompt: str) -> str:
+                   seed: int, prompt: str, working_fraction: float = 1.0) -> str:
     """A short hash of every setting that determines the warm-started weights."""
     blob = json.dumps({"recipe": RECIPE_VERSION, "model": model_source, "steps": steps, "lr": lr,
-                       "batch_size": batch_size, "seed": seed, "prompt": prompt,
+                       "batch_size": batch_size, "seed": seed, "prompt": prompt, "working_fraction": working_fraction,
                        "records": hashlib.sha256(json.dumps(list(records), sort_keys=True).encode()).hexdigest()},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -39,7 +45,7 @@ def warm_start_key(model_source: str, records: Sequence[dict], steps: int, lr: f
 
 def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, steps: int = 150, lr: float = 2e-3,
                    batch_size: int = 32, seed: int = 0, out_dir: str | Path | None = None,
-                   prompt: str = "r1_zero", verbose: bool = True) -> Path:
+                   prompt: str = "r1_zero", working_fraction: float = 1.0, verbose: bool = True) -> Path:
     """Fine-tune `model` with SFT on `records` (arithmetic problems) and return the saved model's folder.
 
     Each step draws `batch_size` records at random (seeded), computes the summed negative
@@ -47,6 +53,10 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     length (a per-token scale, so `lr` does not depend on answer length), averages over the batch
     and takes one AdamW step (betas 0.9/0.95, no weight decay, gradient clipping at 1.0) with a
     learning rate decaying linearly to 10% of `lr`. Cached: see the module docstring.
+
+    `working_fraction`: the share of records whose target shows the working
+    (`arithmetic_sft_target`); the others get the bare answer `direct_answer_target` (a seeded,
+    fixed choice per record). See the module docstring for why the smoke profile mixes them.
     """
     import torch
 
@@ -58,6 +68,8 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
 
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ValueError(f"sft_warm_start: steps={steps}, batch_size={batch_size} and lr={lr} must be positive")
+    if not 0.0 <= working_fraction <= 1.0:
+        raise ValueError(f"sft_warm_start: working_fraction={working_fraction} must be in [0, 1]")
     if prompt != "r1_zero":
         raise ValueError(f"sft_warm_start: prompt={prompt!r} is not supported: the SFT targets are R1-Zero "
                          "completions (reasoning </think> <answer> ... </answer>); use prompt='r1_zero'")
@@ -66,7 +78,7 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
         raise ValueError("sft_warm_start: records is empty")
     source = resolve_model(model)
     root = Path(out_dir) if out_dir is not None else cache_dir() / "warmstart"
-    target = root / warm_start_key(source, records, steps, lr, batch_size, seed, prompt)
+    target = root / warm_start_key(source, records, steps, lr, batch_size, seed, prompt, working_fraction)
     if (target / "config.json").is_file():
         return target
 
@@ -74,7 +86,8 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     policy, tokenizer = load_model_and_tokenizer(source, device="cpu", dtype="float32")
     policy.train()
     prompts = [format_prompt(prompt, record["question"]) for record in records]
-    targets = [arithmetic_sft_target(record) for record in records]
+    shows_working = random.Random(seed).choices([True, False], [working_fraction, 1 - working_fraction], k=len(records))
+    targets = [arithmetic_sft_target(r) if working else direct_answer_target(r) for r, working in zip(records, shows_working)]
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - 0.9 * step / steps)
@@ -106,6 +119,7 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
         tokenizer.save_pretrained(staging)
         atomic_write_json(staging / "warm_start.json", {
             "model": source, "steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed, "prompt": prompt,
+            "working_fraction": working_fraction,
             "n_records": len(records), "final_nll_per_token": losses[-1], "seconds": time.perf_counter() - started})
         try:
             staging.rename(target)
