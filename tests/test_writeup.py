@@ -26,9 +26,13 @@ def test_writeup_builds_with_no_results_yet(tmp_path):
 
 def test_writeup_reads_exported_numbers(tmp_path):
     root = _workbook_copy(tmp_path)
-    (root / "figures" / "zero_shot.json").write_text(json.dumps({"accuracy": 0.125, "n_examples": 32}))
+    summary = {"profile": "smoke", "model": "tiny", "num_examples": 32, "n": 1, "num_samples": 32,
+               "accuracy": 0.125, "format_rate": 0.5, "mean_response_tokens": 40.0, "truncation_rate": 0.25,
+               "count_correct": 4, "count_wrong_answer": 12, "count_unformatted": 16, "temperature": 1.0,
+               "max_tokens": 48}  # the keys notebook 01 exports
+    (root / "figures" / "zero_shot.json").write_text(json.dumps(summary))
     collected = collect_results(root / "figures")
-    assert collected["results"]["zero_shot"] == {"accuracy": 0.125, "n_examples": 32}
+    assert collected["results"]["zero_shot"] == summary
     assert build_writeup(root).stat().st_size > 1000
 
 
