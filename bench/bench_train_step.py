@@ -46,9 +46,9 @@ def run_ours(steps: int) -> list[float]:
 
     cfg = GRPOConfig.for_profile(
         "smoke", name="bench_train_step", warm_start_steps=0, model="tiny", n_grpo_steps=steps,
-        rollout_batch_size=ROLLOUT_BATCH, group_size=GROUP, train_batch_size=ROLLOUT_BATCH,
+        rollout_batch_size=ROLLOUT_BATCH, group_size=GROUP, train_batch_size=ROLLOUT_BATCH, epochs_per_rollout_batch=1,
         gradient_accumulation_steps=ACCUMULATION, sampling_max_tokens=MAX_TOKENS, sampling_min_tokens=MIN_TOKENS,
-        learning_rate=LR, loss_type="reinforce_with_baseline", length_normalization="masked_mean",
+        learning_rate=LR, lr_warmup_steps=0, loss_type="reinforce_with_baseline", length_normalization="masked_mean",
         eval_every=10**6, n_eval_examples=1, checkpoint_every=0, monitor_kl=False)
     result = train(cfg)
     rows = [row for row in read_jsonl(result.run_dir / "metrics.jsonl") if "train/loss" in row]

@@ -14,6 +14,10 @@ changes, so an ablation stays valid whatever batch sizes the profile uses:
   batch in two optimizer steps per epoch (four updates per batch: off-policy after the first);
 - `grpo_no_clip_off_policy`: the same off-policy schedule without clipping.
 
+`ablation_base(profile)` gives the common starting point: the profile's GRPO settings with the
+course's baseline objective (the `smoke` profile's own recipe trains `grpo_clip` off-policy, so it
+is switched back to `reinforce_with_baseline` with one optimizer step per rollout batch).
+
 Every ablation starts from the same initial policy (the profile's model or its cached SFT warm
 start) and the same seed, so differences come from the change alone. Runs are named
 `<base name>_<ablation>` under `runs/`; `run_ablations(..., resume=True)` reuses finished runs and
@@ -46,6 +50,20 @@ ABLATIONS: dict[str, Callable[[GRPOConfig], dict]] = {
     "grpo_clip_off_policy": _off_policy("grpo_clip"),
     "grpo_no_clip_off_policy": _off_policy("grpo_no_clip"),
 }
+
+
+def ablation_base(profile: str | None = None, **overrides) -> GRPOConfig:
+    """The profile's GRPO config turned into the ablations' baseline, then `overrides` applied.
+
+    Baseline: `reinforce_with_baseline`, one epoch, one optimizer step over the whole rollout batch
+    (on-policy), keeping the profile's microbatch size (accumulation = rollout batch / microbatch).
+    The `full` profile's config already is this (the course's defaults).
+    """
+    cfg = GRPOConfig.for_profile(profile)
+    accumulation = max(1, cfg.rollout_batch_size // cfg.micro_train_batch_size)
+    baseline = cfg.replace(loss_type="reinforce_with_baseline", epochs_per_rollout_batch=1,
+                           train_batch_size=cfg.rollout_batch_size, gradient_accumulation_steps=accumulation)
+    return baseline.replace(**overrides) if overrides else baseline
 
 
 def ablation_configs(base: GRPOConfig, names: Sequence[str] | None = None) -> dict[str, GRPOConfig]:
@@ -89,20 +107,26 @@ def summarize(results: dict[str, RunResult]) -> list[dict]:
 
 
 def plot_ablations(results: dict[str, RunResult], path_stem: str = "ablations"):
-    """Validation answer reward against GRPO step for every ablation; saved as PDF and PNG."""
+    """Validation answer reward (left) and training reward per GRPO step (right) of every ablation,
+    against GRPO step; saved as PDF and PNG."""
     import matplotlib.pyplot as plt
 
     from hw3lib.io import save_figure
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
     for name, result in results.items():
         evals = result.eval_rows
-        ax.plot([row["grpo_step"] for row in evals], [row["eval/answer_reward"] for row in evals],
-                marker="o", label=name)
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("validation answer reward")
-    ax.set_title("GRPO ablations")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+        line, = left.plot([row["grpo_step"] for row in evals], [row["eval/answer_reward"] for row in evals],
+                          marker="o", label=name)
+        per_step = {}  # every optimizer-step row of a rollout batch carries the same rollout reward
+        for row in result.train_rows:
+            per_step[row["grpo_step"]] = row["train/reward"]
+        right.plot(list(per_step), list(per_step.values()), color=line.get_color(), alpha=0.8, label=name)
+    left.set(xlabel="GRPO step", ylabel="validation answer reward", title="held-out questions (greedy)")
+    right.set(xlabel="GRPO step", ylabel="training reward", title="rollouts (sampled)")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.tight_layout()
     save_figure(fig, path_stem)
     return fig

@@ -19,7 +19,9 @@ class Profile:
     name: str
     """`smoke` (CPU, tiny offline model, few examples) or `full` (GPU, Qwen3-0.6B, the course's settings)."""
     model: str
-    """Policy model: `tiny` (built offline by hw3lib.tiny), a hub id, or a local directory."""
+    """Model evaluated by notebooks 01/02 and trained by GRPO: a hub id or a local directory (full),
+    `tiny-sft` (smoke: the offline tiny model after a brief SFT, so that its zero-shot responses fall
+    in every reward category; the smoke GRPO recipe starts from `tiny` with its own warm start)."""
     math_model: str
     """Model for the MATH dataset runs (full profile: Qwen/Qwen2.5-Math-1.5B)."""
     engine: str
@@ -48,8 +50,8 @@ class Profile:
 def _smoke() -> Profile:
     return Profile(
         name="smoke",
-        model=os.environ.get("HW3_MODEL", "tiny"),
-        math_model=os.environ.get("HW3_MATH_MODEL", "tiny"),
+        model=os.environ.get("HW3_MODEL", "tiny-sft"),
+        math_model=os.environ.get("HW3_MATH_MODEL", "tiny-sft"),
         engine=os.environ.get("HW3_ENGINE", "transformers"),
         device="cpu",
         dtype="float32",

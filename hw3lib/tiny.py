@@ -7,7 +7,8 @@ the key hashing every setting), so the result loads back through `AutoModelForCa
 `AutoTokenizer` exactly like a hub checkpoint. It is built once and reused.
 
 `load_model_and_tokenizer(name_or_path)` is the one loading function for both profiles: `tiny`,
-a local directory, or a hub id such as `Qwen/Qwen3-0.6B`.
+`tiny-sft` (the tiny model after a brief SFT, `hw3lib.warmstart.tiny_sft_path`), a local
+directory, or a hub id such as `Qwen/Qwen3-0.6B`.
 """
 
 from __future__ import annotations
@@ -162,9 +163,14 @@ def _build(settings: TinySettings, out: Path) -> None:
 
 
 def resolve_model(name_or_path: str) -> str:
-    """`tiny` -> the built tiny model's directory; an existing directory or a hub id unchanged."""
+    """`tiny` -> the built tiny model's directory; `tiny-sft` -> the tiny model after a brief SFT
+    (`hw3lib.warmstart.tiny_sft_path`); an existing directory or a hub id unchanged."""
     if name_or_path == "tiny":
         return str(tiny_model_path())
+    if name_or_path == "tiny-sft":
+        from hw3lib.warmstart import tiny_sft_path
+
+        return str(tiny_sft_path())
     path = Path(os.path.expanduser(name_or_path))
     if path.exists() and not (path / "config.json").is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json: point it at a folder "

@@ -38,10 +38,10 @@ row per validation; flat names `train/...`, `eval/...`, `time/...`), `samples/`,
 `train(cfg, resume=True)` continues from the latest one; Ctrl-C saves one and re-raises.
 
 Timings per optimizer-step row: a rollout batch's `time/generation_s`, `time/scoring_s` and
-`time/old_logprobs_s` sit on its first row and `time/weight_sync_s` on its last (the others
-carry 0), so summing a column over rows gives total time; `time/train_s` is that optimizer
-step's own time and `time/tokens_per_s` the rollout batch's generated tokens per second of its
-whole step (generation to sync).
+`time/old_logprobs_s` (old and, with KL monitoring, reference log-probs) sit on its first row and
+`time/weight_sync_s` on its last (the others carry 0), so summing a column over rows gives total
+time; `time/train_s` is that optimizer step's own time and `time/tokens_per_s` the rollout batch's
+generated tokens per second of its whole step (generation to sync).
 """
 
 from __future__ import annotations
@@ -118,6 +118,11 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
         start_fresh_run_dir(run_dir)
     else:
         check_resumable(checkpoint, cfg)
+        saved_state = json.loads((checkpoint / "state.json").read_text())
+        if saved_state["grpo_step"] == cfg.n_grpo_steps and final_validation_logged(run_dir, cfg.n_grpo_steps):
+            # Nothing left to do: read the run back without loading a model or starting an engine.
+            print(f"resume: {run_dir} has finished all {cfg.n_grpo_steps} GRPO steps; reusing it", flush=True)
+            return run_result(run_dir, cfg, saved_state)
     atomic_write_json(run_dir / "config.json", cfg.to_dict())
 
     policy, tokenizer = load_model_and_tokenizer(str(checkpoint / "policy" if checkpoint else initial_model),
@@ -166,6 +171,9 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
     try:
         if state["grpo_step"] == 0:
             run_validation(0)
+        elif state["grpo_step"] == cfg.n_grpo_steps:  # resumed after an interruption in the final validation
+            run_validation(cfg.n_grpo_steps)
+            save_checkpoint(run_dir, policy, tokenizer, optimizer, state, rng_state())
         for grpo_step in range(state["grpo_step"] + 1, cfg.n_grpo_steps + 1):
             step_started = time.perf_counter()
             # 1. A batch of questions: a fresh, seeded draw each step (no state to checkpoint).
@@ -326,10 +334,22 @@ def train(cfg: GRPOConfig, resume: bool = False, callback: Callable[[dict], None
         if cfg.engine == "vllm":
             engine.close()
 
+    return run_result(run_dir, cfg, state)
+
+
+def run_result(run_dir: Path, cfg: GRPOConfig, state: dict) -> RunResult:
+    """The RunResult of `run_dir` as its files and the step counters `state` describe it."""
     metrics = read_jsonl(run_dir / METRICS_FILE, allow_torn_tail=True)
     return RunResult(run_dir=run_dir, config=cfg, metrics=metrics, grpo_steps=state["grpo_step"],
                      optimizer_steps=state["optimizer_step"], skipped_steps=state["skipped_steps"],
                      elapsed_s=state["elapsed_s"], checkpoint=latest_checkpoint(run_dir))
+
+
+def final_validation_logged(run_dir: Path, grpo_step: int) -> bool:
+    """Whether metrics.jsonl ends with the validation after `grpo_step` (a run interrupted during
+    its last validation has the step's checkpoint but not that row)."""
+    rows = read_jsonl(run_dir / METRICS_FILE, allow_torn_tail=True) if (run_dir / METRICS_FILE).exists() else []
+    return bool(rows) and "eval/answer_reward" in rows[-1] and rows[-1]["grpo_step"] == grpo_step
 
 
 # ---- data, rewards, engines -----------------------------------------------------------------------
@@ -412,9 +432,9 @@ def build_engine(cfg: GRPOConfig, policy, tokenizer, initial_model: str):
     if cfg.engine == "transformers":
         if torch.device(cfg.rollout_device) == torch.device(cfg.policy_device):
             return make_engine("transformers", policy, tokenizer=tokenizer, progress=False,
-                               batch_size=max(cfg.rollout_batch_size, cfg.n_eval_examples))
+                               batch_size=cfg.generation_batch_size)
         return make_engine("transformers", initial_model, device=cfg.rollout_device, dtype=cfg.dtype,
-                           progress=False, batch_size=max(cfg.rollout_batch_size, cfg.n_eval_examples))
+                           progress=False, batch_size=cfg.generation_batch_size)
     rollout = torch.device(cfg.rollout_device)
     if rollout.type == "cuda" and (rollout.index or 0) != 0:
         raise ValueError(f"rollout_device={cfg.rollout_device!r}: the in-process vLLM engine runs on the first "

@@ -26,6 +26,8 @@ from pathlib import Path
 
 # Bump when the recipe changes so stale warm starts are not reused.
 RECIPE_VERSION = 2
+# SFT steps of the named model `tiny-sft` (see tiny_sft_path).
+TINY_SFT_STEPS = 40
 
 
 def direct_answer_target(record: dict) -> str:
@@ -131,3 +133,19 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     if verbose:
         print(f"  warm start saved to {target} ({time.perf_counter() - started:.1f}s)", flush=True)
     return target
+
+
+def tiny_sft_path() -> Path:
+    """The model named `tiny-sft`: the tiny model after a brief SFT on arithmetic, built on first use.
+
+    40 steps (batch 32, lr 3e-3) on 2,048 two-number problems with operands 0 to 4. The model has
+    half learned the R1-Zero format: on GSM8K questions it closes `</think> <answer> ... </answer>`
+    in about half of its samples and almost never has the answer right -- roughly how a small base
+    model behaves zero-shot. The smoke profile evaluates it in notebooks 01 and 02, where an
+    untrained model would put every response in the "unformatted" category. (The GRPO smoke run has
+    its own, longer warm start: see `GRPOConfig.warm_start_steps`.)
+    """
+    from hw3lib.data import make_arithmetic_problems
+
+    records = make_arithmetic_problems(2048, seed=2_000_003, max_operand=4)
+    return sft_warm_start("tiny", records, steps=TINY_SFT_STEPS, lr=3e-3, batch_size=32, seed=0, verbose=False)

@@ -9,7 +9,7 @@ from hw3lib.config import get_profile
 
 def test_smoke_profile_is_small_and_on_cpu():
     prof = get_profile("smoke")
-    assert (prof.name, prof.model, prof.device, prof.engine) == ("smoke", "tiny", "cpu", "transformers")
+    assert (prof.name, prof.model, prof.device, prof.engine) == ("smoke", "tiny-sft", "cpu", "transformers")
     assert prof.eval_examples == 32 and prof.best_of_n == 16
 
 

@@ -55,7 +55,7 @@ def test_two_steps_with_the_vllm_engine(tmp_path, monkeypatch):
     from hw3lib.train import initial_policy_source, train
 
     cfg = GRPOConfig.for_profile("smoke", name="vllm_run", engine="vllm", gpu_memory_utilization=0.2,
-                                 n_grpo_steps=2, rollout_batch_size=16, group_size=4, train_batch_size=16,
+                                 n_grpo_steps=2, rollout_batch_size=16, group_size=4, train_batch_size=16, epochs_per_rollout_batch=1,
                                  gradient_accumulation_steps=2, n_eval_examples=4, eval_every=2, checkpoint_every=2,
                                  learning_rate=1e-3, lr_warmup_steps=0)  # a large step: weights clearly change
     initial, tokenizer = load_model_and_tokenizer(initial_policy_source(cfg))
