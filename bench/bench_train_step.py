@@ -11,6 +11,11 @@ its tokens, then over sequences -- the same normalization), `scale_rewards="grou
 and its gradient is reinforce_with_baseline's. TRL generates with transformers `generate` (no
 vLLM) and needs no old log-probs (`steps_per_generation == gradient_accumulation_steps`).
 
+Both sides train the same model object, loaded by `hw3lib.tiny.load_model_and_tokenizer` (on a
+CPU with `hw3lib.attention`'s grouped-query attention), so the attention kernel is not part of the
+difference; what differs is everything around the model: rollout generation (our shared-prompt
+prefill, static KV cache and samplers), scoring, and the training forward/backward.
+
 Each side runs in its own subprocess (same thread count) for `--steps` optimizer steps; the
 first is a warm-up and the time per step is the median of the rest. Ours: the wall-clock
 between consecutive optimizer-step rows of metrics.jsonl (generation through weight sync;

@@ -182,7 +182,9 @@ def resolve_model(name_or_path: str) -> str:
 
 
 def load_model_and_tokenizer(name_or_path: str = "tiny", device: str = "cpu", dtype: str = "float32"):
-    """Load a causal LM and its tokenizer (left padding for generation) from `tiny`, a folder or a hub id."""
+    """Load a causal LM and its tokenizer (left padding for generation) from `tiny`, a folder or a hub id.
+
+    On a CPU the model's `sdpa` attention is replaced by `hw3lib.attention.sdpa_gqa_attention`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -198,4 +200,8 @@ def load_model_and_tokenizer(name_or_path: str = "tiny", device: str = "cpu", dt
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    if torch.device(device).type == "cpu" and getattr(model.config, "_attn_implementation", None) == "sdpa":
+        from hw3lib.attention import use_gqa_attention
+
+        use_gqa_attention(model)  # same numbers, no K/V head copies (see hw3lib.attention)
     return model.to(device), tokenizer

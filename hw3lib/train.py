@@ -430,11 +430,12 @@ def build_engine(cfg: GRPOConfig, policy, tokenizer, initial_model: str):
     from hw3lib.generation import make_engine
 
     if cfg.engine == "transformers":
+        # On a CPU a preallocated KV cache beats a growing one (no concatenation per token).
+        options = {"progress": False, "batch_size": cfg.generation_batch_size,
+                   "static_cache": torch.device(cfg.rollout_device).type == "cpu"}
         if torch.device(cfg.rollout_device) == torch.device(cfg.policy_device):
-            return make_engine("transformers", policy, tokenizer=tokenizer, progress=False,
-                               batch_size=cfg.generation_batch_size)
-        return make_engine("transformers", initial_model, device=cfg.rollout_device, dtype=cfg.dtype,
-                           progress=False, batch_size=cfg.generation_batch_size)
+            return make_engine("transformers", policy, tokenizer=tokenizer, **options)
+        return make_engine("transformers", initial_model, device=cfg.rollout_device, dtype=cfg.dtype, **options)
     rollout = torch.device(cfg.rollout_device)
     if rollout.type == "cuda" and (rollout.index or 0) != 0:
         raise ValueError(f"rollout_device={cfg.rollout_device!r}: the in-process vLLM engine runs on the first "

@@ -241,6 +241,39 @@ def test_seeded_sampling_is_reproducible_and_leaves_global_rng_alone(engine, pro
     assert len({tuple(s.token_ids) for s in first[0]}) == 3  # the n samples of a prompt differ
 
 
+def test_inverse_cdf_sampler_draws_from_the_softmax():
+    """Each row gets exactly one finite (zero) score; over 20,000 rows the drawn tokens follow
+    softmax(scores) within 5 binomial standard errors; a -inf score is never drawn; a seed fixes the draws."""
+    from hw3lib.generation.hf_engine import InverseCdfSampler
+
+    rows = 20_000
+    logits = torch.tensor([2.0, 1.0, 0.0, float("-inf")])  # softmax: 0.6652, 0.2447, 0.0900, 0
+    expected = torch.tensor([0.6652409, 0.2447285, 0.0900306, 0.0])
+    torch.manual_seed(0)
+    out = InverseCdfSampler()(None, logits.expand(rows, 4).clone())  # [N, V]
+    drawn = out == 0
+    assert drawn.sum(dim=1).eq(1).all() and torch.isinf(out[~drawn]).all()
+    frequency = drawn.double().mean(dim=0)
+    tolerance = 5 * (expected * (1 - expected) / rows).sqrt()
+    assert ((frequency - expected).abs() <= tolerance).all(), frequency
+    assert frequency[3] == 0.0
+    torch.manual_seed(0)
+    assert torch.equal(InverseCdfSampler()(None, logits.expand(rows, 4).clone()), out)
+
+
+def test_min_tokens_eos_ban_hand_worked():
+    """Prompt of 3 tokens, min_tokens 2, EOS ids {1, 3}: banned while 0 or 1 tokens follow the prompt."""
+    from hw3lib.generation.hf_engine import MinTokensEosBan
+
+    ban = MinTokensEosBan(prompt_length=3, min_tokens=2, eos_ids={3, 1})
+    scores = torch.zeros(2, 5)
+    for new_tokens in (0, 1):
+        out = ban(torch.zeros(2, 3 + new_tokens, dtype=torch.long), scores)
+        assert out[:, [1, 3]].eq(float("-inf")).all() and out[:, [0, 2, 4]].eq(0).all()
+    assert scores.eq(0).all()  # the input is not modified
+    assert ban(torch.zeros(2, 5, dtype=torch.long), scores) is scores  # 2 new tokens: passed through
+
+
 def test_min_tokens_bans_early_eos(engine, prompts, free_greedy):
     first_eos = min(len(s.token_ids) for s in free_greedy if s.finish_reason == "eos")
     floor = first_eos + 3
@@ -276,6 +309,28 @@ def test_stop_strings(engine, prompts, free_greedy):
 def test_static_cache_gives_the_same_greedy_tokens(lively_dir, prompts, free_greedy):
     static = make_engine("transformers", str(lively_dir), batch_size=4, static_cache=True, progress=False)
     assert [s[0].token_ids for s in static.generate(prompts, FREE_GREEDY)] == [s.token_ids for s in free_greedy]
+
+
+@pytest.mark.parametrize("static_cache", [False, True])
+def test_shared_prompt_prefill_gives_the_full_prefill_numbers(lively_dir, prompts, free_greedy, static_cache):
+    """n > 1 samples per prompt prefill each distinct prompt once (batches of 4 rows with n = 3 split
+    groups across batches): greedy samples equal the n = 1 greedy tokens, and sampled log-probs
+    equal a fresh forward pass over prompt + continuation."""
+    engine = make_engine("transformers", str(lively_dir), batch_size=4, static_cache=static_cache, progress=False)
+    caches = []  # what each batch's shared prefill returned (None: an ordinary prefill)
+    shared_prefill = engine._shared_prompt_cache
+    engine._shared_prompt_cache = lambda *args: caches.append(shared_prefill(*args)) or caches[-1]
+    greedy = engine.generate(prompts, SamplingConfig(n=3, temperature=0, max_tokens=48, stop=()))
+    for group, reference in zip(greedy, free_greedy):
+        assert [s.token_ids for s in group] == [reference.token_ids] * 3
+    sampled = engine.generate(prompts[:3], SamplingConfig(n=3, temperature=1.0, max_tokens=20, stop=(), seed=5))
+    for prompt, group in zip(prompts[:3], sampled):
+        for sample in group:
+            reference = forward_logprobs(engine.model, engine.tokenizer, prompt, sample.token_ids)
+            assert torch.allclose(torch.tensor(sample.logprobs), reference, atol=1e-4)
+    # 18 greedy rows in 5 batches, 9 sampled rows in 3: every batch shares its prefill except the
+    # last, a single row.
+    assert [cache is None for cache in caches] == [False] * 7 + [True]
 
 
 def test_wrapped_module_and_weight_updates(lively_dir, prompts):

@@ -12,8 +12,9 @@ How each `SamplingConfig` field is honoured (conventions: hw3lib.generation.base
   `StaticCache` (`cache_implementation="static"`), which `compile=True` lets transformers wrap
   in `torch.compile` on a GPU;
 - temperature / top-p / the min-tokens EOS ban are logits processors we build ourselves, placed
-  behind `RawLogprobRecorder`, so HF's own processors stay off (top_k=0, temperature=1 in the
-  `GenerationConfig`) and the recorder sees the model's raw float32 logits;
+  behind `RawLogprobRecorder` (so it sees the model's raw float32 logits), and the token is drawn
+  by a last processor, `InverseCdfSampler`; `generate` itself always runs its greedy path, which
+  then takes the drawn token, so HF's own sampling and warpers stay off;
 - stop strings: HF's `StopStringCriteria` on the continuation only (and only after `min_tokens`
   tokens) ends a row early; `finish_continuation` then cuts text, tokens and log-probs exactly;
 - seeds: each batch samples under `torch.random.fork_rng` seeded with `derive_seed(seed, batch)`,
@@ -61,6 +62,44 @@ class RawLogprobRecorder:
         steps = [*self.gathered, self.pending.gather(1, last_tokens[:, None]).squeeze(1)]  # T x [B]
         self.pending = None
         return torch.stack(steps, dim=1)  # [B, T]
+
+
+class MinTokensEosBan:
+    """Logits processor: EOS gets -inf while fewer than `min_tokens` tokens follow the prompt.
+
+    (transformers' MinNewTokensLengthLogitsProcessor does the same but clones the scores at every
+    step, also after `min_tokens`; on a CPU that was 5% of a tiny model's generation.)
+    """
+
+    def __init__(self, prompt_length: int, min_tokens: int, eos_ids: Iterable[int]) -> None:
+        self.prompt_length, self.min_tokens, self.eos_ids = prompt_length, min_tokens, sorted(eos_ids)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] - self.prompt_length >= self.min_tokens:
+            return scores
+        banned = scores.clone()
+        banned[:, self.eos_ids] = float("-inf")
+        return banned
+
+
+class InverseCdfSampler:
+    """Last logits processor: draws each row's next token from softmax(scores) and returns scores that
+    are 0 for the drawn token and -inf elsewhere, so `generate`'s greedy argmax picks exactly it.
+
+    Why not `generate`'s own sampling: it calls `torch.multinomial`, about 1.2 ms per [64, 1024]
+    draw on a CPU (15% of a tiny model's generation); inverse-CDF sampling -- a uniform number
+    scaled by the total, found by binary search in the cumulative sum -- takes a fraction of that.
+    The cumulative sum is float64, so a token's share of [0, total) is its float32 probability
+    with no accumulated rounding, even over a 151,936-token vocabulary. Tokens with zero probability (-inf scores: the min-tokens
+    EOS ban, top-p) have an empty interval and are never drawn. Uses the global torch RNG, which
+    the engine seeds per batch.
+    """
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        cdf = torch.softmax(scores.float(), dim=-1).double().cumsum_(dim=-1)  # [B, V]
+        u = torch.rand((scores.shape[0], 1), dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]  # [B, 1] in [0, total)
+        token = torch.searchsorted(cdf, u, right=True).clamp_(max=scores.shape[-1] - 1)  # [B, 1]: first cdf > u
+        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)  # [B, V]
 
 
 class ContinuationStopStrings:
@@ -131,8 +170,7 @@ class TransformersEngine:
 
     def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Sample]:
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
-        from transformers.generation.logits_process import (
-            MinNewTokensLengthLogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper)
+        from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
         device = self.device
         width = max(len(ids) for ids in rows)
@@ -146,38 +184,75 @@ class TransformersEngine:
         recorder = RawLogprobRecorder()
         processors = [recorder]  # first: it must see the raw logits
         if sampling.min_tokens:
-            eos = sorted(self.eos_ids)
-            processors.append(MinNewTokensLengthLogitsProcessor(width, sampling.min_tokens, eos, device))
+            processors.append(MinTokensEosBan(width, sampling.min_tokens, self.eos_ids))
         if not sampling.greedy and sampling.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(sampling.temperature))
         if not sampling.greedy and sampling.top_p < 1.0:
             processors.append(TopPLogitsWarper(sampling.top_p))
+        if not sampling.greedy:
+            processors.append(InverseCdfSampler())  # last: it samples; generate then decodes "greedily"
         stopping = StoppingCriteriaList()
         if sampling.stop:
             stopping.append(ContinuationStopStrings(self._stop_criterion(sampling.stop), width, sampling.min_tokens))
         config = GenerationConfig(
-            max_new_tokens=max(budgets), do_sample=not sampling.greedy, num_beams=1,
-            # Neutral values switch off HF's own sampling processors (None would inherit the model's
-            # defaults, e.g. Qwen3's temperature 0.6 / top_k 20); ours above implement the sampling
-            # config. Greedy decoding applies no warpers, so it leaves them unset (no HF warnings).
-            temperature=1.0, top_p=1.0, top_k=None if sampling.greedy else 0,
-            min_p=None if sampling.greedy else 0.0, repetition_penalty=1.0, min_new_tokens=0,
+            # Always HF's greedy path: when sampling, InverseCdfSampler has already drawn the token and
+            # left it the only finite score. Greedy decoding applies no HF warpers; top_k/min_p unset
+            # (None would otherwise inherit the model's defaults, e.g. Qwen3's top_k 20, but greedy
+            # ignores them) and temperature/top_p neutral, so HF adds none of its own processors.
+            max_new_tokens=max(budgets), do_sample=False, num_beams=1,
+            temperature=1.0, top_p=1.0, top_k=None, min_p=None, repetition_penalty=1.0, min_new_tokens=0,
             eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
-            return_dict_in_generate=True, use_cache=True,
-            cache_implementation="static" if self.static_cache else None, disable_compile=not self.compile,
+            return_dict_in_generate=True, use_cache=True, disable_compile=not self.compile,
         )
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         devices = [device] if device.type == "cuda" else []
         rng = torch.random.fork_rng(devices=devices) if seed is not None else contextlib.nullcontext()
         with rng, torch.inference_mode():
+            cache = self._shared_prompt_cache(input_ids, attention_mask, rows, config.max_new_tokens)
+            if cache is None and self.static_cache:
+                config.cache_implementation = "static"  # generate allocates it
             if seed is not None:
                 torch.manual_seed(seed)
-            out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
                                       generation_config=config, logits_processor=LogitsProcessorList(processors),
                                       stopping_criteria=stopping)
         continuations = out.sequences[:, width:]  # [B, T]
         logprobs = recorder.finish(out.sequences[:, -1])  # [B, T]
         return [finish_continuation(self.tokenizer, tokens, lps, self.eos_ids, sampling, budget)
                 for tokens, lps, budget in zip(continuations.tolist(), logprobs.tolist(), budgets)]
+
+    def _shared_prompt_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: list[list[int]],
+                             max_new_tokens: int):
+        """The KV cache of every prompt token but the last, computed once per distinct prompt, or None.
+
+        The n samples of a prompt are n identical rows, so prefilling each row (what `generate`
+        does) repeats the same work n times. Here the distinct rows run through the model once
+        and their keys/values are copied to their duplicates -- into a preallocated StaticCache
+        with room for `max_new_tokens` when the engine uses one; `generate` then processes only
+        the last prompt token. Same numbers as a full prefill (positions from the padding mask,
+        as `generate` computes them). None (an ordinary prefill) when no row repeats or a prompt
+        has a single token.
+        """
+        from transformers import DynamicCache, StaticCache
+
+        first = {}  # distinct row -> its index among the distinct rows
+        source = [first.setdefault(tuple(ids), len(first)) for ids in rows]  # [B]: distinct index of each row
+        if len(first) == len(rows) or min(len(ids) for ids in rows) < 2:
+            return None
+        distinct = [source.index(k) for k in range(len(first))]  # first row of each distinct prompt
+        ids, mask = input_ids[distinct, :-1], attention_mask[distinct, :-1]  # [U, L-1]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, L-1]: generate's positions under left padding
+        cache = DynamicCache(config=self.model.config)
+        self.model(ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                   logits_to_keep=1)
+        index = torch.tensor(source, device=input_ids.device)  # [B]
+        if not self.static_cache:
+            cache.reorder_cache(index)  # [U, ...] -> [B, ...]
+            return cache
+        static = StaticCache(config=self.model.config, max_cache_len=input_ids.shape[1] + max_new_tokens)
+        for layer_index, layer in enumerate(cache.layers):  # writes positions [0, L - 1) of each layer
+            static.update(layer.keys.index_select(0, index), layer.values.index_select(0, index), layer_index)
+        return static
 
     def _stop_criterion(self, stop: tuple[str, ...]):
         """HF's stop-string matcher for `stop` (its set-up scans the vocabulary, so it is cached)."""
