@@ -286,11 +286,11 @@ class GRPOConfig:
 # step, because smaller rollout batches gave gradients too noisy to generalize to held-out questions
 # (the policy learned the training questions only), and reuses each rollout batch for 2 epochs of 4
 # optimizer steps of 64 rollouts with the clipped objective (grpo_clip): off-policy steps, old
-# log-probs computed once per batch. Reusing each batch pays: measured with 256 held-out questions
-# (seed 0), one epoch rose 0.344 -> 0.438 in 80 steps, two epochs 0.344 -> 0.617 in the same 80
-# steps for ~30% more time per step (later engine speed-ups made the whole 80-step run take about
-# 2.5 minutes here; with the earlier engine, seeds 1 and 2 rose 0.426 -> 0.637 and 0.223 -> 0.422
-# by step 70). A learning
+# log-probs computed once per batch. Reusing each batch pays: with the engine of the time and 256
+# held-out questions (seed 0), one epoch rose 0.344 -> 0.438 in 80 steps, two epochs 0.344 -> 0.617
+# in the same 80 steps for ~30% more time per step (seeds 1 and 2: 0.426 -> 0.637 and 0.223 -> 0.422
+# by step 70). With the current code the 80 steps take about 2.5 minutes here and reach 0.531 from
+# 0.344 (seed 0): single runs vary by several points with float-level changes. A learning
 # rate of 2e-4 (20x the course's, for a 0.5M-parameter model) with a 10-step warm-up; 3e-4 and above
 # made early steps destroy the warm start's skill. 256 held-out questions keep the validation's
 # standard error near 3 points.
