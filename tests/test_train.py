@@ -254,6 +254,28 @@ def _initial_weights(cfg):
     return load_file(Path(initial_policy_source(cfg)) / "model.safetensors")
 
 
+def test_resume_of_a_finished_run_reuses_it_or_redoes_a_lost_final_validation(monkeypatch):
+    import hw3lib.train as train_module
+    from hw3lib.io import atomic_write_jsonl, read_jsonl
+
+    cfg = tiny_cfg("finished", n_grpo_steps=1, eval_every=1, checkpoint_every=1, n_eval_examples=4)
+    done = train_module.train(cfg)
+    import hw3lib.tiny as tiny
+
+    loads = []  # train imports the loader lazily from hw3lib.tiny: watch it there
+    original = tiny.load_model_and_tokenizer
+    monkeypatch.setattr(tiny, "load_model_and_tokenizer", lambda *a, **k: loads.append(a) or original(*a, **k))
+    again = train_module.train(cfg, resume=True)  # finished: read back, no model loaded
+    assert loads == [] and again.metrics == done.metrics and again.grpo_steps == 1
+    # Ctrl-C during the final validation: the checkpoint of the last step, without the validation row.
+    for metrics in (done.run_dir / "metrics.jsonl", done.checkpoint / "metrics.jsonl"):
+        atomic_write_jsonl(metrics, read_jsonl(metrics)[:-1])
+    redone = train_module.train(cfg, resume=True)
+    assert loads  # this time the policy was loaded to validate
+    assert without_timings(redone.eval_rows) == without_timings(done.eval_rows)
+    assert len(redone.train_rows) == len(done.train_rows)
+
+
 def test_resume_refuses_a_different_config():
     from hw3lib.train import train
 

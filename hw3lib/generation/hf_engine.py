@@ -90,9 +90,9 @@ class InverseCdfSampler:
     draw on a CPU (15% of a tiny model's generation); inverse-CDF sampling -- a uniform number
     scaled by the total, found by binary search in the cumulative sum -- takes a fraction of that.
     The cumulative sum is float64, so a token's share of [0, total) is its float32 probability
-    with no accumulated rounding, even over a 151,936-token vocabulary. Tokens with zero probability (-inf scores: the min-tokens
-    EOS ban, top-p) have an empty interval and are never drawn. Uses the global torch RNG, which
-    the engine seeds per batch.
+    with no accumulated rounding, even over a 151,936-token vocabulary. Tokens with zero
+    probability (-inf scores: the min-tokens EOS ban, top-p) have an empty interval and are never
+    drawn. Uses the global torch RNG, which the engine seeds per batch.
     """
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
