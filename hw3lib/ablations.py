@@ -118,9 +118,8 @@ def plot_ablations(results: dict[str, RunResult], path_stem: str = "ablations"):
         evals = result.eval_rows
         line, = left.plot([row["grpo_step"] for row in evals], [row["eval/answer_reward"] for row in evals],
                           marker="o", label=name)
-        per_step = {}  # every optimizer-step row of a rollout batch carries the same rollout reward
-        for row in result.train_rows:
-            per_step[row["grpo_step"]] = row["train/reward"]
+        # Every optimizer-step row of a rollout batch carries that batch's reward: one point per GRPO step.
+        per_step = {row["grpo_step"]: row["train/reward"] for row in result.train_rows}
         right.plot(list(per_step), list(per_step.values()), color=line.get_color(), alpha=0.8, label=name)
     left.set(xlabel="GRPO step", ylabel="validation answer reward", title="held-out questions (greedy)")
     right.set(xlabel="GRPO step", ylabel="training reward", title="rollouts (sampled)")
