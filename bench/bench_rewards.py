@@ -4,8 +4,10 @@ Run:  PYTHONPATH=. .venv/bin/python bench/bench_rewards.py [--n 6000] [--referen
 
 Generates `--n` R1-Zero responses deterministically (seed 0): correct answers in many surface
 forms (plain, thousands separators, `$`, `\\$`, units, `.00`, `\\text{}`, `\\boxed{}`,
-`\\frac{a}{b}`, `a/b`, `x = `, and a few symbolic ones like `\\sqrt{324}`), wrong answers, and
-malformed responses (no space in "</think><answer>", missing "</answer>", no tags). It grades all
+`\\frac{a}{b}`, `a/b`, `x = `, and a few symbolic ones like `\\sqrt{324}`), wrong answers,
+"hedged" answers whose extra words or signs change the claim (`18 or more`, `at least 18`,
+`\\geq 18`, `18 and twenty`, `17 + 1`; all wrong under the R1-Zero contract), and malformed
+responses (no space in "</think><answer>", missing "</answer>", no tags). It grades all
 of them with our grader in this one process (warm: math-verify is imported beforehand) and prints
 responses/s. The reference is the typical grader: the same R1-Zero format gate and answer
 extraction, then math-verify `parse` + `verify` with their default settings; it grades every
@@ -16,9 +18,12 @@ as `$answer$` (without that it fails every bare `\frac`, `\sqrt` and `\text` ans
 Wall-clock rates depend on how busy the machine is; the CPU-time rates (time.process_time) are
 the steadier single-core measure, and both are printed.
 
-Expected disagreements (ours 1, reference 0), by design:
-- "<answer> 18 dollars </answer>": math-verify reads the unit word as a product of symbols
-  (18*d*o*l*l*a*r*s), which is not 18; we treat trailing words after a number as its unit.
+Expected disagreements, by design:
+- ours 1, reference 0: "<answer> 18 dollars </answer>": math-verify reads the unit word as a
+  product of symbols (18*d*o*l*l*a*r*s), which is not 18; we treat trailing words after a number
+  as its unit (unless one of them changes the claim, see `hw3lib.rewards.CLAIM_WORDS`).
+- ours 0, reference 1: hedged answers math-verify accepts: `18 or more`, `\\geq 18`,
+  `\\approx 18`, and arithmetic left undone such as `17 + 1` or `18 \\cdot 1`.
 Any other disagreement is printed with its response so it can be looked at.
 """
 
@@ -43,8 +48,14 @@ def correct_forms(gold: int, rng: random.Random) -> list[str]:
     return forms
 
 
+def hedged_forms(gold: int) -> list[str]:
+    """Answers that mention the gold number but claim something else (all graded 0)."""
+    return [f"{gold} or more", f"at least {gold}", f"about {gold}", f"\\geq {gold}", f"\\approx {gold}",
+            f"{gold} and twenty", f"{gold} to {gold + 2}", f"{gold} dollars + 2", f"{gold - 1} + 1", f"{gold} \\cdot 1"]
+
+
 def make_responses(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
-    """(response, gold, kind) triples; kind is correct/wrong/malformed/symbolic."""
+    """(response, gold, kind) triples; kind is correct/wrong/hedged/malformed/symbolic."""
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
@@ -56,9 +67,11 @@ def make_responses(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
         draw = rng.random()
         if draw < 0.55:
             kind, answer = "correct", rng.choice(correct_forms(gold, rng))
-        elif draw < 0.80:
+        elif draw < 0.75:
             kind, answer = "wrong", rng.choice([str(gold + rng.randint(1, 50)), f"\\boxed{{{gold - 1}}}",
                                                 f"\\frac{{{gold * 2 + 1}}}{{2}}", f"{gold}.5", "eighteen"])
+        elif draw < 0.80:
+            kind, answer = "hedged", rng.choice(hedged_forms(gold))
         elif draw < 0.98:
             kind = "malformed"
             answer = str(gold)
@@ -131,8 +144,11 @@ def main() -> None:
     print(f"agreement with the reference: {agree}/{len(subset)} overall, "
           f"{agree_formed}/{len(well_formed)} on well-formed responses")
     disagreements = [(i, j) for j, i in enumerate(subset) if ours[i] != reference[j]]
-    unit_words = sum(rows[i][0].split("<answer>")[-1].split()[1:2] == ["dollars"] for i, _ in disagreements)
-    print(f"disagreements: {len(disagreements)}, of which '<number> dollars' answers: {unit_words}")
+    unit_words = sum(rows[i][0].split("<answer>")[-1].split()[1:] == ["dollars", "</answer>"] for i, _ in disagreements)
+    hedged = sum(rows[i][2] == "hedged" for i, _ in disagreements)
+    print(f"disagreements: {len(disagreements)}, of which '<number> dollars' answers (ours 1): {unit_words}, "
+          f"hedged answers (ours 0): {hedged}, other: {len(disagreements) - unit_words - hedged}")
+    disagreements.sort(key=lambda pair: (rows[pair[0]][2] != "hedged", pair[0]))  # the hedged ones first
     for i, j in disagreements[:12]:
         answer = rows[i][0].split("<answer>")[-1]
         print(f"  ours {ours[i]:.0f} reference {reference[j]:.0f} gold {rows[i][1]!r} answer {answer!r}")

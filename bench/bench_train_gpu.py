@@ -1,12 +1,13 @@
 """Speed and memory of the training half of a GRPO step on a Qwen3-0.6B-shaped model (GPU).
 
 What is timed is exactly what `hw3lib.train.train` does after the rollouts are scored, for one
-optimizer step over a rollout batch: per microbatch, `get_response_log_probs` (with the
-per-token entropy the loop logs), `grpo_microbatch_train_step` (reinforce_with_baseline,
-masked_mean, backward), then gradient clipping and an AdamW step. Sizes (the course's): 256
-sequences of `--prompt-tokens` prompt + 1,024 response tokens, with microbatch sizes 2, 4 and
-8 (gradient accumulation 128, 64, 32). The model is `Qwen3ForCausalLM(qwen3_0p6b_config())`
-with random weights in bfloat16 (no hub access needed); tokens are random.
+optimizer step over a rollout batch: `hw3lib.train_step.optimizer_step` (per microbatch the
+log-probs with the per-token entropy the loop logs, the reinforce_with_baseline loss with
+masked_mean length normalization, backward; then gradient clipping and an AdamW step), in the
+loop's mixed precision on a GPU (float32 master weights and AdamW state, bf16 autocast). Sizes
+(the course's): 256 sequences of `--prompt-tokens` prompt + 1,024 response tokens, with
+microbatch sizes 2, 4 and 8 (gradient accumulation 128, 64, 32). The model is
+`Qwen3ForCausalLM(qwen3_0p6b_config())` with random weights (no hub access needed); tokens are random.
 
 Reported per microbatch size: seconds per optimizer step (median of `--repeats` after one
 warm-up), tokens/s (all tokens the model processes, prompt + response; response tokens/s too),
@@ -32,8 +33,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hw3lib.grpo import grpo_microbatch_train_step  # noqa: E402
-from hw3lib.sft import get_response_log_probs, masked_mean  # noqa: E402
+from hw3lib.train_config import GRPOConfig  # noqa: E402
+from hw3lib.train_step import optimizer_step  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
 
@@ -70,35 +71,31 @@ def build_model(small: bool, device: torch.device, dtype: torch.dtype):
 
 
 def make_batch(n: int, prompt_tokens: int, response_tokens: int, vocab: int, device: torch.device) -> dict:
-    """Random token sequences; the response mask covers the last `response_tokens` labels of each row."""
+    """Random token sequences in the loop's packed form; the response covers the last `response_tokens` labels."""
     generator = torch.Generator().manual_seed(0)
     full = torch.randint(0, vocab, (n, prompt_tokens + response_tokens), generator=generator)  # [N, L]
     mask = torch.zeros_like(full, dtype=torch.bool)  # [N, L]
     mask[:, prompt_tokens:] = True
     return {"input_ids": full[:, :-1].to(device), "labels": full[:, 1:].to(device),  # [N, L-1]
             "response_mask": mask[:, 1:].to(device),  # [N, L-1]
+            "lengths": torch.full((n,), full.shape[1] - 1), "response_start": torch.full((n,), prompt_tokens - 1),
             "advantages": torch.randn(n, 1, generator=generator).to(device)}  # [N, 1]
 
 
-def train_step(model, optimizer, batch: dict, micro: int) -> float:
-    """One optimizer step over the whole batch in microbatches of `micro`, as the training loop does."""
-    n = batch["input_ids"].shape[0]
-    accumulation = n // micro
-    entropy = 0.0
-    for start in range(0, n, micro):
-        rows = slice(start, start + micro)
-        out = get_response_log_probs(model, batch["input_ids"][rows], batch["labels"][rows], return_token_entropy=True)
-        grpo_microbatch_train_step(out["log_probs"], batch["response_mask"][rows], accumulation,
-                                   "reinforce_with_baseline", advantages=batch["advantages"][rows])
-        entropy += masked_mean(out["token_entropy"], batch["response_mask"][rows]).item() / accumulation
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return entropy
+def train_step(model, optimizer, batch: dict, micro: int, dtype: str) -> float:
+    """One optimizer step over the whole batch in microbatches of `micro`: the loop's own function."""
+    n, response_tokens = batch["input_ids"].shape[0], int(batch["response_mask"][0].sum())
+    cfg = GRPOConfig(rollout_batch_size=n, group_size=min(8, n), train_batch_size=n,
+                     gradient_accumulation_steps=n // micro, sampling_max_tokens=response_tokens, dtype=dtype)
+    stats = optimizer_step(model, optimizer, [p for p in model.parameters()], cfg, batch, torch.arange(n),
+                           raw_rewards=batch["advantages"], advantages=batch["advantages"], old_log_probs=None,
+                           ref_log_probs=None, engine_log_probs=torch.zeros_like(batch["labels"], dtype=torch.float32),
+                           shared_prefix=0, learning_rate=1e-5, measure_mismatch=False)
+    return stats["entropy"]
 
 
-def measure(args, micro: int, device: torch.device, dtype: torch.dtype) -> dict:
-    model = build_model(args.small, device, dtype)
+def measure(args, micro: int, device: torch.device, dtype: str) -> dict:
+    model = build_model(args.small, device, torch.float32)  # float32 masters; `dtype` is autocast's
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
     batch = make_batch(args.sequences, args.prompt_tokens, args.response_tokens, model.config.vocab_size, device)
     n_params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
@@ -109,7 +106,7 @@ def measure(args, micro: int, device: torch.device, dtype: torch.dtype) -> dict:
     for repeat in range(1 + args.repeats):  # the first is a warm-up (allocator, kernels)
         sync()
         started = time.perf_counter()
-        entropy = train_step(model, optimizer, batch, micro)
+        entropy = train_step(model, optimizer, batch, micro, dtype)
         sync()
         if repeat:
             times.append(time.perf_counter() - started)
@@ -149,7 +146,7 @@ def main() -> None:
     bad = [m for m in args.micro if args.sequences % m]
     if bad:
         parser.error(f"--sequences {args.sequences} is not divisible by microbatch sizes {bad}")
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = "bfloat16" if device.type == "cuda" else "float32"
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"dtype {dtype}, {args.sequences} sequences x ({args.prompt_tokens} prompt + {args.response_tokens} "
           f"response) tokens, {'small' if args.small else 'Qwen3-0.6B'}-shaped model")

@@ -11,7 +11,7 @@ its tokens, then over sequences -- the same normalization), `scale_rewards="grou
 and its gradient is reinforce_with_baseline's. TRL generates with transformers `generate` (no
 vLLM) and needs no old log-probs (`steps_per_generation == gradient_accumulation_steps`).
 
-Both sides train the same model object, loaded by `hw3lib.tiny.load_model_and_tokenizer` (on a
+Both sides train the same model object, loaded by `hw3lib.models.load_model_and_tokenizer` (on a
 CPU with `hw3lib.attention`'s grouped-query attention), so the attention kernel is not part of the
 difference; what differs is everything around the model: rollout generation (our shared-prompt
 prefill, static KV cache and samplers), scoring, and the training forward/backward.
@@ -73,7 +73,7 @@ def run_trl(steps: int) -> list[float]:
 
     from hw3lib.data import format_prompt, make_arithmetic_problems
     from hw3lib.rewards import r1_zero_reward_fn
-    from hw3lib.tiny import load_model_and_tokenizer
+    from hw3lib.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("tiny")
     records = make_arithmetic_problems(4096, seed=0)

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from hw3lib.train import RunResult, train
+from hw3lib.results import RunResult
+from hw3lib.train import train
 from hw3lib.train_config import GRPOConfig
 
 

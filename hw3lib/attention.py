@@ -10,7 +10,7 @@ CPU it only costs time: for the tiny model's rollouts the copies were about 30% 
 `sdpa_gqa_attention` is the same computation without the copies: `enable_gqa=True` for prefill
 and training, and for one-token decoding steps each group's query heads folded into the query
 axis (plain multi-head attention over the shared K/V head). Same outputs up to float rounding.
-`load_model_and_tokenizer` selects it for models loaded onto a CPU (registered with transformers'
+`hw3lib.tiny.load_pretrained` selects it for models loaded onto a CPU (registered with transformers'
 `AttentionInterface` as `"sdpa_gqa"`). It supports what Qwen3 needs (boolean or
 additive masks, causal prefill, static and dynamic KV caches, dropout), not paged caches or
 position biases.

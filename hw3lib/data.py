@@ -5,9 +5,13 @@
   `####` with thousands separators removed. `data_dir` is the argument, else `$HW3_DATA_DIR`, else
   `<project>/data`. When the files are missing it downloads `openai/gsm8k` (config `main`) from the
   Hugging Face hub once and writes the same jsonl files atomically (`write_gsm8k_split`).
-- `load_math(source)` reads MATH-style records (`problem`, `solution`) from a jsonl file, a folder
-  holding `<split>.jsonl`, or a hub dataset id, and adds `answer`: the content of the last
-  `\\boxed{...}` (or `\\fbox{...}`) in the solution (`last_boxed_expression` / `boxed_content`).
+- `load_math(source, split)` reads MATH-style records (`problem`, `solution`) from a jsonl file, a
+  folder holding `<split>.jsonl`, a hub dataset id, or `math` ($HW3_MATH_DATA), and adds `answer`:
+  the content of the last `\\boxed{...}` (or `\\fbox{...}`) in the solution (`last_boxed_expression`
+  / `boxed_content`). It also accepts `{"question", "gold"}` records. Evaluation scores these
+  records; `load_questions` turns them into training records.
+- `load_task(cfg)`: a GRPO run's (training, held-out) records `{"question", "gold", "answer"}` for
+  `gsm8k`, `arithmetic` or any MATH source (one loader, `load_math`, for evaluation and training).
 - `load_prompt(name)` / `format_prompt(template_or_name, question)`: the prompt templates shipped
   in `hw3lib/prompts/` (`r1_zero`, `question_only`); `{question}` is substituted with
   `str.replace`, so braces inside questions (LaTeX) are safe.
@@ -150,31 +154,128 @@ def _check_limit(limit: int | None) -> None:
 
 # ---- MATH-style data ----------------------------------------------------------------------------
 
-def load_math(source: str | os.PathLike, split: str = "test", limit: int | None = None) -> list[dict]:
-    """MATH-style records `{"problem", "solution", "answer", ...}` (other fields are kept).
+MATH_DATA_ENV = "HW3_MATH_DATA"
+MATH_DATASET_NAME = "math"
+_MATH_SHAPES = ("each line must be a MATH-style record {\"problem\": ..., \"solution\": ... \\boxed{answer} ...} "
+                "or a question record {\"question\": ..., \"gold\": ...} (see data/README.md)")
 
-    `source` is a jsonl file, a folder holding `<split>.jsonl`, or a hub dataset id (e.g.
-    `HuggingFaceH4/MATH-500`). `answer` is the last `\\boxed{}` of the solution; a record without
-    one may carry an explicit `answer` field instead.
-    """
-    _check_limit(limit)
+
+def resolve_math_source(source: str | os.PathLike) -> str | os.PathLike:
+    """`math` -> the source named by $HW3_MATH_DATA (an error when unset); any other source unchanged."""
+    if str(source) != MATH_DATASET_NAME:
+        return source
+    env = os.environ.get(MATH_DATA_ENV)
+    if not env:
+        raise DataFileError(f"dataset 'math' means the MATH data named by ${MATH_DATA_ENV}, which is not set: set "
+                            f"{MATH_DATA_ENV} to a MATH-style .jsonl file, a folder holding train.jsonl and "
+                            "test.jsonl, or a hub dataset id (e.g. HuggingFaceH4/MATH-500), or pass that source "
+                            "itself instead of 'math' (see data/README.md)")
+    return env
+
+
+def math_source_file(source: str | os.PathLike, split: str = "test") -> Path | None:
+    """The jsonl file that MATH `source` reads for `split` (a folder's `<split>.jsonl`); None for a hub id."""
+    source = resolve_math_source(source)
     path = Path(source)
     if path.is_dir():
-        path = path / f"{split}.jsonl"
+        return path / f"{split}.jsonl"
     if path.is_file() or str(source).endswith(".jsonl"):
+        return path
+    return None
+
+
+def load_math(source: str | os.PathLike, split: str = "test", limit: int | None = None) -> list[dict]:
+    """MATH-style records `{"problem", "solution", "answer", ...}` (other fields are kept): what
+    evaluation scores and, through `load_questions`, what GRPO trains on.
+
+    `source` is a jsonl file (`split` is then ignored), a folder holding `<split>.jsonl`, a hub
+    dataset id (e.g. `HuggingFaceH4/MATH-500`), or `math` (the source named by $HW3_MATH_DATA).
+    `answer` is the ground truth: an explicit `gold` field, else the content of the last `\\boxed{}`
+    of the solution, else the record's `answer` field (a GSM8K-style `... #### 42` gives `42`).
+    Besides `{"problem", "solution"}` records, `{"question", "gold"}` records are accepted
+    (`problem` is then copied from `question`; `solution` is present only when the row has one).
+    """
+    _check_limit(limit)
+    path = math_source_file(source, split)
+    if path is not None:
         if not path.is_file():
-            raise DataFileError(f"{path}: file not found; pass a MATH-style jsonl with 'problem' and "
-                                "'solution' fields per line (see data/README.md), or a hub dataset id")
+            folder = path.parent if Path(resolve_math_source(source)).is_dir() else None
+            where = f"folder {folder} has no {path.name} (a MATH folder holds train.jsonl and test.jsonl)" \
+                if folder is not None else f"{path}: file not found"
+            raise DataFileError(f"{where}; pass a MATH-style jsonl with 'problem' and 'solution' fields per line "
+                                "(see data/README.md), a folder of such files, or a hub dataset id")
         rows: Iterable[tuple[Any, dict]] = ((f"{path}:{line}", row) for line, row in iter_jsonl_numbered(path))
     else:
-        hub_rows = enumerate(_hub_rows(str(source), split))
-        rows = ((f"{source} [{split}] row {index}", dict(row)) for index, row in hub_rows)
+        hub_id = str(resolve_math_source(source))
+        rows = ((f"{hub_id} [{split}] row {index}", dict(row)) for index, row in enumerate(_hub_rows(hub_id, split)))
     records = []
     for where, row in rows:
         if limit is not None and len(records) >= limit:
             break
         records.append(_math_record(row, where))
     return records
+
+
+def load_questions(source: str | os.PathLike, split: str = "test", limit: int | None = None) -> list[dict]:
+    """`load_math(source, split, limit)` as training-task records (`question_record`); an empty source is an error."""
+    records = [question_record(record) for record in load_math(source, split, limit)]
+    if not records and limit != 0:
+        path = math_source_file(source, split)
+        where = str(path) if path is not None else f"{resolve_math_source(source)} [{split}]"
+        raise DataFileError(f"{where}: no records; {_MATH_SHAPES}")
+    return records
+
+
+def question_record(record: dict) -> dict:
+    """A `load_math` record as the training task sees it: `question`, `gold` (the ground truth) and
+    `answer` (the worked solution when there is one, else the ground truth), as GSM8K records."""
+    return {"question": record["problem"], "gold": record["answer"], "answer": record.get("solution", record["answer"])}
+
+
+def load_task(cfg: Any) -> tuple[list[dict], list[dict]]:
+    """(training records, held-out records) of a GRPO run, each with `question`, `gold` and `answer`.
+
+    `cfg` is a `GRPOConfig` or anything with its fields `dataset`, `eval_dataset`,
+    `n_train_examples`, `n_eval_examples`, `seed` and `arithmetic_max_operand`:
+
+    - `gsm8k`: the train split; held out, the test split.
+    - `arithmetic`: `n_train_examples` (default 4,096) generated problems; held out, fresh problems
+      (another seed) whose question text never occurs in training.
+    - a MATH source (`math`, a `.jsonl` file, a folder, a hub id; see `load_math`): a folder or hub
+      id gives its `train` split, held out its `test` split; a single jsonl file holds out its last
+      `n_eval_examples` rows.
+
+    `eval_dataset`, when set, replaces the held-out set: any MATH source, read with `load_math`
+    (split `test`). At most `n_train_examples` / `n_eval_examples` records are used, in file order.
+    """
+    dataset, eval_dataset = cfg.dataset, cfg.eval_dataset
+    n_train, n_eval = cfg.n_train_examples, cfg.n_eval_examples
+    if dataset == "gsm8k":
+        train_records = load_gsm8k("train", limit=n_train)
+    elif dataset == "arithmetic":
+        train_records = make_arithmetic_problems(n_train or 4096, seed=cfg.seed, max_operand=cfg.arithmetic_max_operand)
+    elif eval_dataset is None and _is_single_file(dataset):
+        rows = load_questions(dataset)  # one file: its last n_eval rows are held out
+        if len(rows) <= n_eval:
+            raise ValueError(f"{dataset} has {len(rows)} records, not enough to hold out n_eval_examples={n_eval} "
+                             "for validation: lower n_eval_examples or pass eval_dataset")
+        return rows[:-n_eval][:n_train], rows[-n_eval:]
+    else:
+        train_records = load_questions(dataset, "train", n_train)
+    if eval_dataset is not None:
+        return train_records, load_questions(eval_dataset, "test", n_eval)
+    if dataset == "gsm8k":
+        return train_records, load_gsm8k("test", limit=n_eval)
+    if dataset == "arithmetic":
+        seen = {record["question"] for record in train_records}
+        pool = make_arithmetic_problems(4 * n_eval, seed=cfg.seed + 1_000_003, max_operand=cfg.arithmetic_max_operand)
+        return train_records, [record for record in pool if record["question"] not in seen][:n_eval]
+    return train_records, load_questions(dataset, "test", n_eval)
+
+
+def _is_single_file(source: str | os.PathLike) -> bool:
+    """A MATH source that is one jsonl file (not a folder of splits, not a hub id)."""
+    return math_source_file(source) is not None and not Path(resolve_math_source(source)).is_dir()
 
 
 def _hub_rows(dataset_id: str, split: str) -> Iterable[dict]:
@@ -185,21 +286,36 @@ def _hub_rows(dataset_id: str, split: str) -> Iterable[dict]:
     except Exception as exc:
         raise DataFileError(f"{dataset_id!r} is not a local file or folder, and loading it as a Hugging Face "
                             f"hub dataset (split {split!r}) failed ({type(exc).__name__}: {exc}); pass a "
-                            "path to a MATH-style jsonl file instead") from exc
+                            "path to a MATH-style jsonl file or a folder holding train.jsonl/test.jsonl "
+                            "instead (see data/README.md)") from exc
 
 
 def _math_record(row: dict, where: str) -> dict:
-    for key in ("problem", "solution"):
-        if not isinstance(row.get(key), str):
-            raise DataFileError(f"{where}: missing string field {key!r} (found keys {sorted(row)}); "
-                                "MATH-style records need 'problem' and 'solution'")
-    answer = extract_boxed_answer(row["solution"])
+    problem = row.get("problem", row.get("question"))
+    if not isinstance(problem, str):
+        raise DataFileError(f"{where}: missing string field 'problem' (or 'question'); found keys {sorted(row)}; "
+                            f"{_MATH_SHAPES}")
+    solution = row.get("solution")
+    if solution is not None and not isinstance(solution, str):
+        raise DataFileError(f"{where}: 'solution' must be a string, got {type(solution).__name__}; {_MATH_SHAPES}")
+    record = {**row, "problem": problem}
+    answer = row.get("gold")
+    if answer is None and solution is not None:
+        answer = extract_boxed_answer(solution) or None
     if answer is None and row.get("answer") is not None:
-        answer = str(row["answer"])
-    if answer is None:
-        raise DataFileError(f"{where}: the solution has no complete \\boxed{{...}} answer and the record has no "
-                            "'answer' field; add one of them")
-    return {**row, "problem": row["problem"], "solution": row["solution"], "answer": answer}
+        answer = row["answer"]
+        if isinstance(answer, str) and "####" in answer and solution is None:  # a GSM8K-style worked answer
+            record["solution"], answer = answer, extract_gsm8k_gold(answer)
+    answer = None if answer is None else str(answer).strip()
+    if not answer:
+        if solution is None:
+            raise DataFileError(f"{where}: missing string field 'solution' (found keys {sorted(row)}) and no "
+                                f"'gold' or 'answer' field; {_MATH_SHAPES}")
+        raise DataFileError(f"{where}: the solution has no complete, non-empty \\boxed{{...}} answer and the record "
+                            "has no 'answer' or 'gold' field; end the solution with \\boxed{<answer>} or add "
+                            "an 'answer' field")
+    record["answer"] = answer
+    return record
 
 
 _BRACE_TOKENS = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (`\{`, `\\`) or a brace

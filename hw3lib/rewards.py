@@ -17,19 +17,39 @@ Rewards return `{"reward", "format_reward", "answer_reward"}` as floats:
 
 1. Fast exact path (no sympy). Both sides are normalised (math delimiters, `\\text{}` wrappers,
    spacing commands, `\\dfrac`, currency and percent signs, degree marks, a trailing full stop,
-   a short assignment `x = 18` are removed) and parsed as a plain number when they are one: an
+   a short assignment `x = 18` are removed; a leading `~` means "approximately" and becomes
+   `\\approx`, elsewhere it is a LaTeX space) and parsed as a plain number when they are one: an
    integer or decimal with optional sign, valid thousands separators (`1,000`), an exponent,
-   `a/b`, or `\\frac{a}{b}`, optionally followed by unit words (`18 dollars`, `5 cm`; a unit is
-   one or more words, the first of at least two letters, so `3x` stays algebra). A percent sign
-   or unit names the unit the question asked for, so only the magnitude is compared: `18%` and
-   `18 dollars` both equal `18`. Plain numbers are compared as exact `Fraction`s, so `0.5 == 1/2`
-   and `18.00 == \\frac{36}{2}`, but `0.333 != 1/3`. When the gold answer is a plain number the
-   prediction must be one too, or a closed-form expression without free letters (`\\sqrt{324}`):
-   a prediction with free letters (`18x`, `eighteen`) cannot equal a number and is rejected here.
+   `a/b`, or `\\frac{a}{b}`, optionally followed (after spaces or one hyphen) by a unit: one or
+   more words of letters only, the first of at least two letters (so `3x` stays algebra), joined
+   by spaces, `/` or `-`, with an optional full stop and `^2`/`^3` (`18 dollars`, `5 cm`,
+   `18 red apples`, `18 km/h`, `18 dollars per week`, `18-year-old`). No word of the unit may be
+   in `CLAIM_WORDS`: alternatives and conjunctions (`or`, `and`, `plus`, `times`, ...), ranges
+   (`to`, `between`, `from`), bounds (`least`, `most`, `more`, `less`, `than`, `over`, `under`,
+   `up`, `max`), approximations (`about`, `approximately`, `around`, `roughly`), hedges (`not`,
+   `maybe`), and number words (`two`, `twenty`, `hundred`, `thousand`, `dozen`, `half`,
+   `squared`); the one exception is `times` as the whole unit (`18 times`, a count). So
+   `18 or more`, `18 and twenty` and `18 thousand` are not plain numbers. A percent sign or
+   unit names the unit the question asked for, so only the magnitude is compared: `18%`,
+   `18 dollars` and `18 dollars per week` all equal `18`. Plain numbers are compared as exact
+   `Fraction`s, so `0.5 == 1/2` and `18.00 == \\frac{36}{2}`, but `0.333 != 1/3`.
+   Then answers that change the claim are rejected for good (with `fast=False` too, since
+   math-verify accepts `18 or more`, `\\geq 18`, `\\approx 18` and `3 * 6` as 18): a prediction
+   holding a claim word (anywhere, so prefixes count: `at least 18`, `about 18`) that the gold
+   answer does not itself contain; and, when the gold answer is a plain number, a prediction with
+   a relation or approximation sign (`<`, `\\leq`, `\\geq`, `\\approx`, `\\sim`, `\\pm`, ...) or with a
+   binary arithmetic operator (`+`, `-`, `*`, `\\times`, `\\cdot`, `\\div`, `×`, `÷`; binary means
+   after a digit, letter or closing bracket, so `-3` and `2^{-1}` are fine, and `/` is a fraction
+   bar) after its last `=`: arithmetic left undone (`18 + 2`, `3 * 6`, `18-20`) is not an answer,
+   while `3 \\times 6 = 18` is left to math-verify. When the gold answer is a plain number the
+   prediction must otherwise be a plain number too, or a closed-form expression without free
+   letters (`\\sqrt{324}`, `2^{10}`): a prediction with free letters (`18x`, `eighteen`,
+   `exactly 18`) cannot equal a number and is rejected here.
 2. Only when stage 1 cannot decide (LaTeX/symbolic answers such as `\\sqrt{2}/2` vs
    `\\frac{\\sqrt2}{2}`, intervals, sets), math-verify's `parse` + `verify` decide. With
-   `fast=False` math-verify is also asked whenever stage 1 says "not equal" (it then accepts
-   numbers equal to 6 decimal places, the course's slower, more lenient grading).
+   `fast=False` math-verify is also asked whenever stage 1 says "not equal" for any reason other
+   than a changed claim (it then accepts numbers equal to 6 decimal places, the course's slower,
+   more lenient grading).
 
 Bounding time. A length cap alone is not enough: sympy never finishes `2^{2^{2^{2^{2^{99}}}}}`.
 math-verify's own timeouts use `signal.alarm`, which raises outside the main thread, so they are
@@ -189,12 +209,35 @@ _PLAIN_NUMBER = re.compile(
       | (?P<number>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE](?P<exponent>[-+]?\d{1,3}))?
         (?:\s*/\s*(?P<denominator>\d+(?:\.\d+)?))?
     )
-    (?:\s*[^\W\d_]{2,}(?:[\s/-][^\W\d_]+)*\.?(?:\^\{?[23]\}?)?)?  # unit words: "dollars", "km/h", "cm^2"
+    (?:(?:\s*|-)(?P<unit>[^\W\d_]{2,}(?:[\s/-][^\W\d_]+)*)\.?(?:\^\{?[23]\}?)?)?  # "dollars", "km/h", "cm^2"
     """,
     re.VERBOSE,
 )
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 _LETTER = re.compile(r"[^\W\d_]")
+_WORD = re.compile(r"[^\W\d_]+")
+
+# Words that change what an answer claims, so an answer holding one is not the bare number next to
+# it (see the module doc). Compared lower-cased, as whole words; "times" alone after a number
+# ("18 times", a count) is a unit.
+CLAIM_WORDS = frozenset("""
+    or and nor either plus minus times multiplied divided over under
+    to through thru till until between from
+    least most more less fewer than greater smaller larger bigger higher lower above below beyond
+    exceeding exceeds within up upto minimum maximum max
+    about approximately approx around roughly nearly almost circa estimated estimate ish
+    not no except excluding maybe perhaps possibly probably
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
+    hundred hundreds thousand thousands million millions billion billions trillion trillions
+    dozen dozens half halves tenths hundredths thousandths squared cubed negative
+""".split())
+# With a plain-number gold answer: a relation or approximation sign anywhere ("\\geq 18", "\\approx 18",
+# "< 18", "18 \\pm 2"), or a binary arithmetic operator after the last "=" ("3 * 6", "18 - 20",
+# "18 dollars + 2"; a leading sign as in "-3" or "2^{-1}" is not binary; "/" is a fraction bar).
+_RELATION = re.compile(r"[<>≤≥≈≠±∓≲≳]|\\(?:leq?|geq?|leqslant|geqslant|lt|gt|neq?|approx|sim|simeq|cong|"
+                       r"lesssim|gtrsim|pm|mp|propto)(?![A-Za-z])")
+_BINARY_OPERATOR = re.compile(r"[\w)}\]!.]\s*[-+*×·÷∗]|\\(?:times|cdot|div|ast|oplus)(?![A-Za-z])")
 
 
 def normalize_answer(text: str) -> str:
@@ -208,7 +251,9 @@ def normalize_answer(text: str) -> str:
             text = extract_boxed_answer(text) or text
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("{,}", ",").replace("\u2212", "-")
     text = _TEXT_WRAPPER.sub(r" \1 ", text)
-    text = _DROPPED.sub("", text)
+    text = _DROPPED.sub("", text).strip()
+    if text.startswith("~"):  # a leading tilde is "approximately", not a LaTeX tie
+        text = "\\approx " + text[1:]
     text = _SPACES.sub(" ", text).strip().rstrip(".").strip()
     assignment = _ASSIGNMENT.match(text)
     return assignment.group(1).strip() if assignment else text
@@ -219,6 +264,9 @@ def parse_plain_number(text: str) -> Fraction | None:
     match = _PLAIN_NUMBER.fullmatch(text)
     if match is None:
         return None
+    unit = match["unit"]
+    if unit is not None and unit.lower() != "times" and not CLAIM_WORDS.isdisjoint(_WORD.findall(unit.lower())):
+        return None  # "18 or more", "18 and twenty", "18 thousand": not a unit
     numerator = match["frac_num"] or match["short_num"]
     if numerator is not None:
         denominator = int(match["frac_den"] or match["short_den"])
@@ -253,6 +301,8 @@ def answers_equivalent(pred: Any, gold: Any, fast: bool = True) -> bool:
             return True
         if pred_norm == gold_norm:
             return True
+        if _changes_the_claim(pred_norm, gold_norm, gold_is_number=gold_value is not None):
+            return False  # final, also with fast=False: math-verify accepts e.g. "18 or more" and "3 * 6"
         if fast and gold_value is not None and (pred_value is not None or _has_free_letters(pred_norm)):
             return False  # two different exact numbers, or letters that no number equals
         return _symbolic_equivalent(pred_norm, gold_norm)
@@ -275,6 +325,16 @@ def _answer_text(value: Any) -> str | None:
     if not value or len(value) > MAX_ANSWER_CHARS:
         return None
     return value.encode("utf-8", "replace").decode("utf-8")  # lone surrogates ("\udcff") become "?"
+
+
+def _changes_the_claim(pred: str, gold: str, gold_is_number: bool) -> bool:
+    """Whether `pred` says something other than a value: see CLAIM_WORDS, _RELATION, _BINARY_OPERATOR."""
+    pred_words = set(_WORD.findall(_LATEX_COMMAND.sub(" ", pred).lower())) & CLAIM_WORDS
+    if pred_words and not pred_words <= set(_WORD.findall(_LATEX_COMMAND.sub(" ", gold).lower())):
+        return True  # a claim word the gold answer does not itself use
+    if not gold_is_number:
+        return False  # symbolic gold answers ("x \\geq 2", "2 + \\sqrt{3}") are math-verify's to compare
+    return _RELATION.search(pred) is not None or _BINARY_OPERATOR.search(pred.rsplit("=", 1)[-1]) is not None
 
 
 def _has_free_letters(text: str) -> bool:

@@ -2,6 +2,8 @@
 
 Implemented (the course's names and arguments):
 
+- `pack_prompt_and_output_ids`: the packing behind it, on token ids: prompt + output concatenated,
+  right-padded, shifted by one, plus each row's real length and first response column.
 - `tokenize_prompt_and_output`: prompt and output tokenized separately, concatenated, right-padded;
   `input_ids`/`labels` are the sequence shifted by one and `response_mask` (bool) marks the labels
   that are response tokens.
@@ -11,7 +13,10 @@ Implemented (the course's names and arguments):
   tokens by a small autograd function, so besides the model's own `[batch, seq, vocab]` logits
   only one chunk's float32 temporaries exist at a time (forward and backward); see
   `bench/bench_logprobs.py` for the measured peaks.
-- `masked_normalize` / `masked_mean`: sums and means over the entries a mask keeps.
+- `masked_normalize` / `masked_mean`: sums and means over the entries a mask keeps. As in the
+  course, `masked_mean` of a slice with no kept entry is 0/0 = NaN; the losses built on it
+  (`sft_microbatch_train_step` stats, `hw3lib.grpo.grpo_microbatch_train_step`) guard empty
+  responses themselves, and any other caller averaging over a possibly empty mask must too.
 - `sft_microbatch_train_step`: the SFT loss of one microbatch -- negative log-likelihood summed
   over response tokens, divided by `normalize_constant`, averaged over the batch, divided by
   `gradient_accumulation_steps` -- and its backward pass.
@@ -31,13 +36,51 @@ import torch
 CHUNK_ELEMENTS = 2**25
 
 
+def pack_prompt_and_output_ids(prompt_ids: Sequence[Sequence[int]], output_ids: Sequence[Sequence[int]],
+                               pad_id: int) -> dict[str, torch.Tensor]:
+    """Prompt + output token ids, concatenated, right-padded with `pad_id` and shifted by one.
+
+    With `L` the longest prompt + output, returns:
+
+    - `input_ids`, `labels` (long, `[N, L - 1]`): the padded sequences without their last / first
+      token, so `labels[:, j]` is the token that follows `input_ids[:, j]`;
+    - `response_mask` (bool, `[N, L - 1]`): True exactly where `labels` is an output token;
+    - `lengths` (long, `[N]`): each row's real (unpadded) length in these shifted tensors,
+      `len(prompt) + len(output) - 1`;
+    - `response_start` (long, `[N]`): the label column of each row's first output token,
+      `len(prompt) - 1` (0 for an empty prompt, whose first output token is no label, as in the
+      course's packing).
+
+    Rows are left-aligned, so a subset of rows cut to the columns
+    `[min response_start, max lengths)` keeps every output position where it was.
+    """
+    if len(prompt_ids) != len(output_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(output_ids)} outputs: pass one output per prompt")
+    if not prompt_ids:
+        raise ValueError("no sequences to pack: pass at least one prompt and output")
+    totals = [len(p) + len(o) for p, o in zip(prompt_ids, output_ids)]
+    full = torch.full((len(totals), max(totals)), pad_id, dtype=torch.long)  # [N, L]
+    is_output = torch.zeros(full.shape, dtype=torch.bool)  # [N, L]
+    for row, (prompt, output) in enumerate(zip(prompt_ids, output_ids)):
+        full[row, :totals[row]] = torch.tensor([*prompt, *output], dtype=torch.long)
+        is_output[row, len(prompt):totals[row]] = True
+    return {
+        "input_ids": full[:, :-1].contiguous(),  # [N, L-1]
+        "labels": full[:, 1:].contiguous(),  # [N, L-1]
+        "response_mask": is_output[:, 1:].contiguous(),  # [N, L-1]: label j is token j+1
+        "lengths": torch.tensor([max(total - 1, 0) for total in totals], dtype=torch.long),  # [N]
+        "response_start": torch.tensor([max(len(p) - 1, 0) for p in prompt_ids], dtype=torch.long),  # [N]
+    }
+
+
 def tokenize_prompt_and_output(prompt_strs: Sequence[str], output_strs: Sequence[str],
                                tokenizer) -> dict[str, torch.Tensor]:
     """Tokenize prompt/output pairs into shifted `input_ids`, `labels` and a response mask.
 
     Each prompt and each output are tokenized separately (no special tokens added) and
     concatenated; sequences are right-padded with `tokenizer.pad_token_id` to the longest one,
-    `max_len`. Returns, each of shape `[batch, max_len - 1]`:
+    `max_len` (see `pack_prompt_and_output_ids`). Returns exactly the course's keys, each of shape
+    `[batch, max_len - 1]`:
 
     - `input_ids` (long): the full sequences without their last token;
     - `labels` (long): the full sequences without their first token (the next-token targets);
@@ -50,18 +93,8 @@ def tokenize_prompt_and_output(prompt_strs: Sequence[str], output_strs: Sequence
         raise ValueError("tokenizer has no pad token: set tokenizer.pad_token (e.g. to tokenizer.eos_token)")
     prompts = tokenizer(list(prompt_strs), add_special_tokens=False)["input_ids"]
     outputs = tokenizer(list(output_strs), add_special_tokens=False)["input_ids"]
-    max_len = max(len(p) + len(o) for p, o in zip(prompts, outputs))
-    full = torch.full((len(prompts), max_len), tokenizer.pad_token_id, dtype=torch.long)  # [B, L]
-    is_response = torch.zeros((len(prompts), max_len), dtype=torch.bool)  # [B, L]
-    for row, (prompt, output) in enumerate(zip(prompts, outputs)):
-        end = len(prompt) + len(output)
-        full[row, :end] = torch.tensor(prompt + output, dtype=torch.long)
-        is_response[row, len(prompt):end] = True
-    return {
-        "input_ids": full[:, :-1].contiguous(),  # [B, L-1]
-        "labels": full[:, 1:].contiguous(),  # [B, L-1]
-        "response_mask": is_response[:, 1:].contiguous(),  # [B, L-1]: label j is token j+1
-    }
+    packed = pack_prompt_and_output_ids(prompts, outputs, tokenizer.pad_token_id)
+    return {key: packed[key] for key in ("input_ids", "labels", "response_mask")}
 
 
 def _upcast(logits: torch.Tensor) -> torch.Tensor:
@@ -160,38 +193,44 @@ def _check_mask(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def _check_dim(dim) -> None:
     if dim is not None and not isinstance(dim, int):
-        raise TypeError(f"dim must be an int or None, got {dim!r}; pass the constant as "
-                        "normalize_constant=... (the course's positional order differs from this one)")
+        raise TypeError(f"dim must be an int or None, got {dim!r}; pass the constant as normalize_constant=... "
+                        "(the handout lists normalize_constant before dim; the adapter's order, used here, does not)")
 
 
 def masked_normalize(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None,
-                     normalize_constant: float | None = None, *,
-                     constant_normalizer: float | None = None) -> torch.Tensor:
-    """Sum of the entries `mask` keeps (over `dim`, or all entries if None) divided by a constant.
+                     normalize_constant: float = 1.0) -> torch.Tensor:
+    """Sum of the entries `mask` keeps (over `dim`, or all entries if None) divided by `normalize_constant`.
 
-    The constant may be passed as `normalize_constant` (the function signature) or
-    `constant_normalizer` (the course's worked example); default 1.0. Output shape follows
-    `tensor.sum(dim)`.
+    Output shape follows `tensor.sum(dim)`. (The argument order is the course adapter's,
+    `tensor, mask, dim, normalize_constant`; pass the constant by keyword.)
     """
-    if normalize_constant is not None and constant_normalizer is not None and normalize_constant != constant_normalizer:
-        raise ValueError(f"normalize_constant={normalize_constant} and constant_normalizer={constant_normalizer} "
-                         "disagree: pass only one of them")
-    constant = next((c for c in (normalize_constant, constant_normalizer) if c is not None), 1.0)
     _check_dim(dim)
     kept = torch.where(_check_mask(tensor, mask), tensor, 0.0)  # [*tensor.shape]
-    return kept.sum(dim=dim) / constant  # tensor.sum(dim) shape
+    return kept.sum(dim=dim) / normalize_constant  # tensor.sum(dim) shape
 
 
 def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Mean of the entries `mask` keeps, over `dim` (or all entries if None); shape as `tensor.mean(dim)`.
 
-    A slice whose mask is all zero has mean 0 (not NaN) and passes no gradient.
+    As in the course, a slice whose mask is all zero has mean 0/0 = NaN: a caller that may meet an
+    empty slice (an empty response) must guard it where it assembles its loss or statistic, e.g.
+    `masked_mean_or_zero` below. The NaN never reaches the gradient of `tensor` behind such a
+    guard (masked entries are dropped by `torch.where`, not multiplied by 0).
     """
     _check_dim(dim)
     keep = _check_mask(tensor, mask)
     total = torch.where(keep, tensor, 0.0).sum(dim=dim)  # tensor.sum(dim) shape
     count = keep.sum(dim=dim).to(total.dtype)  # tensor.sum(dim) shape
-    return total / count.clamp(min=1)  # an empty slice has total 0, so 0 / 1 = 0
+    return total / count  # an empty slice: 0 / 0 = NaN, as in the course
+
+
+def masked_mean_or_zero(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """`masked_mean`, but 0 (with zero gradient) for a slice whose mask is all zero: the guard for
+    losses and statistics over responses that may be empty. Equal to `masked_mean` elsewhere."""
+    _check_dim(dim)
+    keep = _check_mask(tensor, mask)
+    nonempty = keep.any() if dim is None else keep.any(dim=dim)  # tensor.sum(dim) shape
+    return torch.where(nonempty, masked_mean(tensor, keep, dim), 0.0)  # tensor.sum(dim) shape
 
 
 def _check_accumulation(gradient_accumulation_steps: int) -> None:
@@ -215,7 +254,8 @@ def sft_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: tor
     loss.backward()
     stats = {
         "loss_unscaled": per_sequence.mean().detach(),
-        "nll_per_token": masked_mean(-policy_log_probs, response_mask).detach(),
+        # 0, not NaN, for a microbatch without response tokens (the loss itself is then 0)
+        "nll_per_token": masked_mean_or_zero(-policy_log_probs, response_mask).detach(),
         "response_tokens": response_mask.bool().sum().detach(),
     }
     return loss.detach(), stats

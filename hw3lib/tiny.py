@@ -6,9 +6,9 @@ fixed seed, and saves both with `save_pretrained` into the cache (`$HW3_CACHE_DI
 the key hashing every setting), so the result loads back through `AutoModelForCausalLM` /
 `AutoTokenizer` exactly like a hub checkpoint. It is built once and reused.
 
-`load_model_and_tokenizer(name_or_path)` is the one loading function for both profiles: `tiny`,
-`tiny-sft` (the tiny model after a brief SFT, `hw3lib.warmstart.tiny_sft_path`), a local
-directory, or a hub id such as `Qwen/Qwen3-0.6B`.
+`load_pretrained(name_or_path)` loads `tiny`, a local directory or a hub id such as
+`Qwen/Qwen3-0.6B`. Everything else should call `hw3lib.models.load_model_and_tokenizer`, which
+also knows `tiny-sft` (the tiny model after a brief SFT, built by hw3lib.warmstart).
 """
 
 from __future__ import annotations
@@ -162,15 +162,13 @@ def _build(settings: TinySettings, out: Path) -> None:
     (out / "hw3lib_tiny.json").write_text(json.dumps(asdict(settings), indent=2) + "\n")
 
 
-def resolve_model(name_or_path: str) -> str:
-    """`tiny` -> the built tiny model's directory; `tiny-sft` -> the tiny model after a brief SFT
-    (`hw3lib.warmstart.tiny_sft_path`); an existing directory or a hub id unchanged."""
+def tiny_or_path(name_or_path: str) -> str:
+    """`tiny` -> the built tiny model's directory; an existing directory or a hub id unchanged (checked).
+
+    The named model `tiny-sft` needs training, so it is resolved one level up, by
+    `hw3lib.models.resolve_model` (which everything but the warm start should call)."""
     if name_or_path == "tiny":
         return str(tiny_model_path())
-    if name_or_path == "tiny-sft":
-        from hw3lib.warmstart import tiny_sft_path
-
-        return str(tiny_sft_path())
     path = Path(os.path.expanduser(name_or_path))
     if path.exists() and not (path / "config.json").is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json: point it at a folder "
@@ -181,15 +179,16 @@ def resolve_model(name_or_path: str) -> str:
     return str(path) if path.exists() else name_or_path
 
 
-def load_model_and_tokenizer(name_or_path: str = "tiny", device: str = "cpu", dtype: str = "float32"):
+def load_pretrained(name_or_path: str = "tiny", device: str = "cpu", dtype: str = "float32"):
     """Load a causal LM and its tokenizer (left padding for generation) from `tiny`, a folder or a hub id.
 
-    On a CPU the model's `sdpa` attention is replaced by `hw3lib.attention.sdpa_gqa_attention`."""
+    On a CPU the model's `sdpa` attention is replaced by `hw3lib.attention.sdpa_gqa_attention`.
+    (`hw3lib.models.load_model_and_tokenizer` also accepts `tiny-sft`.)"""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
-    source = resolve_model(name_or_path)
+    source = tiny_or_path(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype))

@@ -19,13 +19,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
-LENGTH_NORMALIZATIONS = ("masked_mean", "constant")
+# Loss types, which of them need old log-probs (RATIO_LOSSES) and length normalizations: one table, in grpo.
+from hw3lib.grpo import LENGTH_NORMALIZATIONS, LOSS_TYPES, RATIO_LOSSES  # noqa: F401 -- re-exported
+
 PROMPTS = ("r1_zero", "question_only")
 ENGINES = ("vllm", "transformers")
 BUILTIN_DATASETS = ("gsm8k", "arithmetic")
-# Loss types whose importance ratio needs the log-probs of the policy that sampled the rollouts.
-RATIO_LOSSES = ("grpo_clip", "grpo_no_clip")
 
 
 @dataclass(frozen=True)
@@ -40,13 +39,22 @@ class GRPOConfig:
 
     # --- model, data, prompt --------------------------------------------------------------------
     model: str = "Qwen/Qwen3-0.6B"
-    """Initial policy: `tiny`, a hub id or a local directory (also the frozen KL reference)."""
+    """Initial policy: `tiny`, a hub id or a local directory (also the frozen KL reference). `for_profile` picks
+    the profile's `math_model` when `dataset` is a MATH source and no model is given."""
     dtype: str = "bfloat16"
-    """Policy (and engine) dtype: `bfloat16` on GPU, `float32` on CPU."""
+    """Compute precision. `bfloat16` (GPU): float32 master weights and AdamW state, forward and backward
+    under bf16 autocast, bf16 copies pushed to the rollout engine (an optimizer step taken on bf16
+    weights would round most lr-1e-5 updates away). `float32` (CPU): float32 everywhere, and the
+    transformers engine wraps the policy module itself."""
     dataset: str = "gsm8k"
-    """Training questions: `gsm8k`, `arithmetic` (synthetic two-number word problems) or a MATH-style jsonl path."""
+    """Training questions: `gsm8k`, `arithmetic` (synthetic two-number word problems), or a MATH source read by
+    `hw3lib.data.load_math` (ground truth: the solution's last `\\boxed{}`): `math` (the source named by
+    $HW3_MATH_DATA), a `.jsonl` file, a folder holding `train.jsonl`/`test.jsonl`, or a hub dataset id
+    (`owner/name`, splits `train` and `test`). See `hw3lib.data.load_task`."""
     eval_dataset: str | None = None
-    """Held-out questions; None: GSM8K test split / fresh arithmetic problems / the jsonl's last `n_eval_examples` rows."""
+    """Held-out questions: any MATH source as for `dataset` (split `test`; `{"question", "gold"}` jsonl lines work
+    too). None: GSM8K's test split / fresh arithmetic problems / a MATH folder's or hub id's `test` split / a
+    single jsonl's last `n_eval_examples` rows."""
     n_train_examples: int | None = None
     """Cap on training questions (None: all; arithmetic: how many problems to generate)."""
     arithmetic_max_operand: int = 99
@@ -84,7 +92,7 @@ class GRPOConfig:
     sampling_temperature: float = 1.0
     """Rollout sampling temperature."""
     sampling_top_p: float = 1.0
-    """Rollout nucleus-sampling mass."""
+    """Rollout nucleus-sampling mass; must be 1.0 for training (see `_check`)."""
     sampling_min_tokens: int = 4
     """Minimum response length (the course: 4, so no empty responses)."""
     sampling_max_tokens: int = 1024
@@ -115,6 +123,10 @@ class GRPOConfig:
     """Divide group-centred rewards by the group's std (+ advantage_eps)."""
     advantage_eps: float = 1e-6
     """Added to the group std before dividing."""
+    tis_cap: float | None = None
+    """Truncated importance sampling against the engine/trainer mismatch: each token's loss is weighted
+    by min(pi_trainer / pi_engine, tis_cap) at the sampling weights (hw3lib.train_step). None: off.
+    The mismatch itself is always logged (`train/logprob_mismatch_*`)."""
     cliprange: float = 0.2
     """Trust region of grpo_clip: the ratio is clipped to [1 - cliprange, 1 + cliprange]."""
     length_normalization: str = "masked_mean"
@@ -190,11 +202,22 @@ class GRPOConfig:
              f"length_normalization_constant={self.length_normalization_constant!r} must be positive (or None)")
         need(self.prompt in PROMPTS, f"prompt={self.prompt!r}: choose one of {', '.join(PROMPTS)}")
         need(self.engine in ENGINES, f"engine={self.engine!r}: choose one of {', '.join(ENGINES)}")
-        need(self.dataset in BUILTIN_DATASETS or self.dataset.endswith(".jsonl"),
-             f"dataset={self.dataset!r}: choose gsm8k, arithmetic or a path to a .jsonl file")
+        need(isinstance(self.dataset, str) and self.dataset.strip() != "" and (
+                 self.dataset in (*BUILTIN_DATASETS, "math") or self.dataset.endswith(".jsonl")
+                 or "/" in self.dataset or Path(self.dataset).is_dir()),
+             f"dataset={self.dataset!r}: choose gsm8k, arithmetic, math (the MATH data named by $HW3_MATH_DATA), "
+             "a MATH-style .jsonl file, a folder holding train.jsonl and test.jsonl, or a hub dataset id such "
+             "as HuggingFaceH4/MATH-500")
         need(not self.use_std_normalization or self.group_size >= 2,
              f"use_std_normalization=True needs group_size >= 2 (got group_size={self.group_size})")
-        need(0.0 < self.sampling_top_p <= 1.0, f"sampling_top_p={self.sampling_top_p} must be in (0, 1]")
+        need(self.sampling_top_p == 1.0,
+             f"sampling_top_p={self.sampling_top_p}: training needs 1.0. With top-p the rollouts come from the "
+             "renormalized nucleus, while the loss, the importance ratio and the KL use the policy's full "
+             "softmax, so every ratio would be biased from the first step; lower sampling_temperature instead")
+        need(self.tis_cap is None or self.tis_cap >= 1.0,
+             f"tis_cap={self.tis_cap} must be >= 1 (or None: off); 2 is a common choice")
+        need(self.dtype in ("float32", "bfloat16", "float16"),
+             f"dtype={self.dtype!r}: choose float32, bfloat16 or float16")
         need(self.sampling_temperature > 0, f"sampling_temperature={self.sampling_temperature} must be > 0 "
              "(rollouts must be sampled; greedy rollouts give zero-variance groups)")
         need(0 <= self.sampling_min_tokens <= self.sampling_max_tokens,
@@ -219,12 +242,12 @@ class GRPOConfig:
 
     @property
     def needs_old_log_probs(self) -> bool:
-        """Old log-probs are computed (once per rollout batch) only for ratio losses trained off-policy.
+        """Old log-probs are computed (once per rollout batch) only for ratio losses (or TIS) trained off-policy.
 
         On-policy, the sampling policy *is* the current one, so its log-probs are the current
         log-probs detached (ratio exactly 1) and the extra forward pass is skipped.
         """
-        return self.loss_type in RATIO_LOSSES and self.off_policy
+        return (self.loss_type in RATIO_LOSSES or self.tis_cap is not None) and self.off_policy
 
     def replace(self, **changes) -> "GRPOConfig":
         return dataclasses.replace(self, **changes)
@@ -260,7 +283,11 @@ class GRPOConfig:
 
     @classmethod
     def for_profile(cls, profile_name: str | None = None, **overrides) -> "GRPOConfig":
-        """The settings of a profile (`smoke` or `full`; None: $HW3_PROFILE / GPU present), with overrides."""
+        """The settings of a profile (`smoke` or `full`; None: $HW3_PROFILE / GPU present), with overrides.
+
+        A MATH `dataset` (anything but gsm8k and arithmetic) trains the profile's `math_model` unless
+        `model` is among the overrides.
+        """
         from hw3lib.config import get_profile
 
         prof = get_profile(profile_name)
@@ -272,6 +299,8 @@ class GRPOConfig:
         }
         if prof.name == "smoke":
             base.update(_SMOKE)
+        if overrides.get("dataset", base.get("dataset")) not in (*BUILTIN_DATASETS, None) and "model" not in overrides:
+            base["model"] = prof.math_model
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls) if f.init}
         if unknown:
             raise ValueError(f"GRPOConfig.for_profile: unknown settings {sorted(unknown)}")

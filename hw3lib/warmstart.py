@@ -66,8 +66,8 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     from hw3lib.data import arithmetic_sft_target, format_prompt, make_arithmetic_problems
     from hw3lib.io import atomic_write_json, cache_dir
     from hw3lib.sft import sft_microbatch_train_step, tokenize_prompt_and_output
-    from hw3lib.tiny import load_model_and_tokenizer, resolve_model
-    from hw3lib.train import response_log_probs, shared_prefix_length
+    from hw3lib.tiny import load_pretrained, tiny_or_path
+    from hw3lib.logprobs import response_log_probs, shared_prefix_length
 
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ValueError(f"sft_warm_start: steps={steps}, batch_size={batch_size} and lr={lr} must be positive")
@@ -79,14 +79,15 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
     records = list(records) if records is not None else make_arithmetic_problems(2048, seed=seed + 2_000_003)
     if not records:
         raise ValueError("sft_warm_start: records is empty")
-    source = resolve_model(model)
+    # `tiny-sft` (the smoke profile's MATH model) is built here; every other name resolves in hw3lib.tiny.
+    source = str(tiny_sft_path()) if model == "tiny-sft" else tiny_or_path(model)
     root = Path(out_dir) if out_dir is not None else cache_dir() / "warmstart"
     target = root / warm_start_key(source, records, steps, lr, batch_size, seed, prompt, working_fraction)
     if (target / "config.json").is_file():
         return target
 
     started = time.perf_counter()
-    policy, tokenizer = load_model_and_tokenizer(source, device="cpu", dtype="float32")
+    policy, tokenizer = load_pretrained(source, device="cpu", dtype="float32")
     policy.train()
     prompts = [format_prompt(prompt, record["question"]) for record in records]
     shows_working = random.Random(seed).choices([True, False], [working_fraction, 1 - working_fraction], k=len(records))
@@ -106,7 +107,7 @@ def sft_warm_start(model: str = "tiny", records: Sequence[dict] | None = None, s
                                        shared_prefix=prefix)["log_probs"]  # [B, T]
         mask = batch["response_mask"][:, first:]  # [B, T]
         _, stats = sft_microbatch_train_step(log_probs, mask, gradient_accumulation_steps=1,
-                                             normalize_constant=mask.sum().item() / batch_size)
+                                             normalize_constant=max(mask.sum().item(), 1) / batch_size)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
         schedule.step()
@@ -150,3 +151,15 @@ def tiny_sft_path() -> Path:
 
     records = make_arithmetic_problems(2048, seed=2_000_003, max_operand=4)
     return sft_warm_start("tiny", records, steps=TINY_SFT_STEPS, lr=3e-3, batch_size=32, seed=0, verbose=False)
+
+
+def initial_policy_source(cfg) -> str:
+    """Where a GRPO run's initial policy loads from: `cfg.model`, or its SFT warm start on arithmetic (cached)."""
+    if not cfg.warm_start_steps:
+        return cfg.model
+    from hw3lib.data import make_arithmetic_problems
+
+    records = make_arithmetic_problems(cfg.warm_start_examples, seed=cfg.seed + 2_000_003,
+                                       max_operand=cfg.arithmetic_max_operand)
+    return str(sft_warm_start(cfg.model, records, steps=cfg.warm_start_steps, lr=cfg.warm_start_lr,
+                              batch_size=cfg.warm_start_batch_size, seed=cfg.seed, prompt=cfg.prompt))

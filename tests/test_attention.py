@@ -76,7 +76,7 @@ def test_unpadded_causal_forward_matches_sdpa():
 @pytest.mark.parametrize("static_cache", [False, True])
 def test_greedy_generation_matches_sdpa(static_cache):
     from hw3lib.generation import SamplingConfig, make_engine
-    from hw3lib.tiny import load_model_and_tokenizer
+    from hw3lib.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("tiny-sft")  # CPU: loaded with the GQA attention
     assert model.config._attn_implementation == ATTENTION_NAME

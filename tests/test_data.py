@@ -220,6 +220,147 @@ def test_load_math_bad_input(tmp_path):
         load_math(path)
 
 
+# ---- one loader for evaluation and training: load_task on MATH sources ------------------------
+
+MATH_ANSWERS = ["5", "\\frac{1}{2}", "\\sqrt{\\frac{a}{b}}", "-3", "\\{1,2\\}", "\\dfrac{\\pi}{4}", "x^{2}+1",
+                "(2,\\frac{3}{4})", "12", "\\text{(C)}", "0.25", "7\\sqrt{2}"]
+
+
+def math_task_rows(answers=MATH_ANSWERS) -> list[dict]:
+    """MATH-style records whose solutions end in `\\boxed{<answer>}` (some with an earlier, wrong box)."""
+    rows = []
+    for i, answer in enumerate(answers):
+        solution = f"We work it out. ${i}+{i}={2 * i}$, so the answer is $\\boxed{{{answer}}}$."
+        if i % 3 == 1:
+            solution = f"A first guess $\\boxed{{{i + 100}}}$ is wrong. " + solution
+        rows.append({"problem": f"Problem {i}: what is ${{{i}}}^{{2}}$ in \\LaTeX?", "solution": solution,
+                     "level": f"Level {1 + i % 5}"})
+    return rows
+
+
+def write_math(path: Path, rows: list[dict]) -> Path:
+    return write_lines(path, [json.dumps(row) for row in rows])
+
+
+def task_cfg(dataset, **changes):
+    """load_task takes the config duck-typed: only these fields are read."""
+    from types import SimpleNamespace
+
+    fields = dict(dataset=str(dataset), eval_dataset=None, n_train_examples=None, n_eval_examples=4, seed=0,
+                  arithmetic_max_operand=99)
+    fields.update(changes)
+    return SimpleNamespace(**fields)
+
+
+def test_load_task_on_a_math_jsonl_uses_the_boxed_answers(tmp_path):
+    rows = math_task_rows()
+    path = write_math(tmp_path / "math.jsonl", rows)
+    train_records, eval_records = data.load_task(task_cfg(path))
+    assert [r["gold"] for r in train_records + eval_records] == MATH_ANSWERS  # last box, nested braces whole
+    assert [r["question"] for r in train_records + eval_records] == [row["problem"] for row in rows]
+    assert len(eval_records) == 4 and len(train_records) == 8  # a single file holds out its last rows
+    assert train_records[1]["answer"] == rows[1]["solution"]  # the worked solution rides along
+    assert set(train_records[0]) == {"question", "gold", "answer"}
+    assert data.load_task(task_cfg(path, n_train_examples=3))[0] == train_records[:3]
+    with pytest.raises(ValueError, match="12 records, not enough to hold out n_eval_examples=12"):
+        data.load_task(task_cfg(path, n_eval_examples=12))
+
+
+def test_load_task_on_a_math_folder_and_a_separate_eval_dataset(tmp_path):
+    rows = math_task_rows()
+    write_math(tmp_path / "math" / "train.jsonl", rows[:9])
+    write_math(tmp_path / "math" / "test.jsonl", rows[9:])
+    train_records, eval_records = data.load_task(task_cfg(tmp_path / "math", n_eval_examples=2))
+    assert [r["gold"] for r in train_records] == MATH_ANSWERS[:9]
+    assert [r["gold"] for r in eval_records] == MATH_ANSWERS[9:11]
+    # eval_dataset: a folder's test split, or a file of today's {"question", "gold"} records.
+    qa = write_lines(tmp_path / "qa.jsonl", [json.dumps({"question": "1+1?", "gold": 2}),
+                                              json.dumps({"question": "2+2?", "gold": "4"})])
+    train_records, eval_records = data.load_task(task_cfg(tmp_path / "math" / "train.jsonl", eval_dataset=str(qa)))
+    assert len(train_records) == 9 and eval_records == [{"question": "1+1?", "gold": "2", "answer": "2"},
+                                                        {"question": "2+2?", "gold": "4", "answer": "4"}]
+    _, eval_records = data.load_task(task_cfg("gsm8k", n_train_examples=5, eval_dataset=str(tmp_path / "math")))
+    assert [r["gold"] for r in eval_records] == MATH_ANSWERS[9:13]
+    with pytest.raises(DataFileError, match=r"folder .*empty has no train\.jsonl"):
+        (tmp_path / "empty").mkdir()
+        data.load_task(task_cfg(tmp_path / "empty"))
+
+
+def test_load_task_math_errors_name_the_file_and_line(tmp_path):
+    rows = math_task_rows()
+    rows[6] = {"problem": "No box?", "solution": "The answer is 3."}
+    path = write_math(tmp_path / "math.jsonl", rows)
+    with pytest.raises(DataFileError, match=rf"{re.escape(str(path))}:7: the solution has no .*boxed.*add an 'answer'"):
+        data.load_task(task_cfg(path))
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps({"question": "1+1?", "gold": 2}), json.dumps({"prompt": "x"})])
+    missing = r"missing string field 'problem' \(or 'question'\)"
+    with pytest.raises(DataFileError, match=rf"{re.escape(str(path))}:2: {missing}"):
+        data.load_task(task_cfg("arithmetic", eval_dataset=str(path)))
+    empty = write_lines(tmp_path / "empty.jsonl", [])
+    with pytest.raises(DataFileError, match=rf"{re.escape(str(empty))}: no records"):
+        data.load_task(task_cfg(empty))
+
+
+def test_evaluation_and_training_read_a_math_file_alike(tmp_path):
+    path = write_math(tmp_path / "math.jsonl", math_task_rows())
+    evaluated = load_math(path)  # what `hw3 eval --dataset math` scores (question_key problem, answer_key answer)
+    train_records, eval_records = data.load_task(task_cfg(path))
+    assert [(r["problem"], r["answer"]) for r in evaluated] == \
+        [(r["question"], r["gold"]) for r in train_records + eval_records]
+
+
+def test_load_math_accepts_question_records_too(tmp_path):
+    path = write_lines(tmp_path / "mixed.jsonl", [
+        json.dumps({"question": "1+1?", "gold": 2}),
+        json.dumps({"question": "Tom has 3 and 4.", "answer": "3 + 4 = 7\n#### 7"}),  # GSM8K-style
+        json.dumps({"problem": "Bare?", "answer": "\\frac{1}{3}"}),
+        json.dumps({"problem": "Both?", "solution": "$\\boxed{9}$", "answer": "nine"}),  # the box wins
+    ])
+    records = load_math(path)
+    assert [(r["problem"], r["answer"]) for r in records] == [
+        ("1+1?", "2"), ("Tom has 3 and 4.", "7"), ("Bare?", "\\frac{1}{3}"), ("Both?", "9")]
+    worked = ["2", "3 + 4 = 7\n#### 7", "\\frac{1}{3}", "$\\boxed{9}$"]  # training's `answer`: the worked solution
+    assert [r["answer"] for r in data.load_questions(path)] == worked
+
+
+def test_math_dataset_name_reads_the_environment(tmp_path, monkeypatch):
+    path = write_math(tmp_path / "math.jsonl", math_task_rows())
+    monkeypatch.delenv("HW3_MATH_DATA", raising=False)
+    with pytest.raises(DataFileError, match=r"'math' means the MATH data named by \$HW3_MATH_DATA, which is not set"):
+        data.load_task(task_cfg("math"))
+    monkeypatch.setenv("HW3_MATH_DATA", str(path))
+    assert data.load_task(task_cfg("math")) == data.load_task(task_cfg(path))
+    assert load_math("math") == load_math(path)
+
+
+def test_load_task_on_a_hub_id_reads_train_and_test_splits(monkeypatch):
+    rows = math_task_rows()
+    splits = {"train": rows[:10], "test": rows[10:]}
+    asked = []
+
+    def fake_hub_rows(dataset_id, split):
+        asked.append((dataset_id, split))
+        return splits[split]
+
+    monkeypatch.setattr(data, "_hub_rows", fake_hub_rows)
+    train_records, eval_records = data.load_task(task_cfg("someone/MATH", n_eval_examples=8))
+    assert asked == [("someone/MATH", "train"), ("someone/MATH", "test")]
+    assert [r["gold"] for r in train_records] == MATH_ANSWERS[:10]
+    assert [r["gold"] for r in eval_records] == MATH_ANSWERS[10:]
+
+
+def test_load_task_gsm8k_and_arithmetic_are_unchanged():
+    train_records, eval_records = data.load_task(task_cfg("gsm8k", n_train_examples=20, n_eval_examples=5))
+    assert train_records == load_gsm8k("train", limit=20) and eval_records == load_gsm8k("test", limit=5)
+    cfg = task_cfg("arithmetic", n_train_examples=300, n_eval_examples=50, seed=2, arithmetic_max_operand=9)
+    train_records, eval_records = data.load_task(cfg)
+    assert train_records == make_arithmetic_problems(300, seed=2, max_operand=9)
+    seen = {r["question"] for r in train_records}
+    assert len(eval_records) == 50 and not {r["question"] for r in eval_records} & seen
+    assert eval_records == [r for r in make_arithmetic_problems(200, seed=1_000_005, max_operand=9)
+                            if r["question"] not in seen][:50]
+
+
 # ---- prompts ----------------------------------------------------------------------------------
 
 def test_r1_zero_prompt_text_is_exact():

@@ -10,6 +10,7 @@ from hw3lib.evaluation import (
     CATEGORIES,
     RunMismatchError,
     category_of,
+    check_out_dir,
     category_table,
     evaluate,
     example_key,
@@ -18,6 +19,7 @@ from hw3lib.evaluation import (
     summarize,
 )
 from hw3lib.generation import Sample, SamplingConfig
+from hw3lib.runs import RunExistsError
 
 
 def _gen(fmt, ans, tokens=3, finish="stop", lp=-1.0):
@@ -169,12 +171,99 @@ def test_evaluate_resumes_after_interruption_and_reuses_finished_runs(tmp_path):
     assert len(more.prompts_seen) == 1 and len(load_run(tmp_path / "resumed")[0]) == 8
 
 
-def test_evaluate_refuses_to_mix_settings(tmp_path):
-    evaluate(ScriptedEngine(), _answer_reward, EXAMPLES[:2], "r1_zero", SamplingConfig(n=1, seed=0), tmp_path,
-             progress=False)
-    with pytest.raises(RunMismatchError, match="different sampling"):
-        evaluate(ScriptedEngine(), _answer_reward, EXAMPLES[:2], "r1_zero", SamplingConfig(n=4, seed=0), tmp_path,
+def _snapshot(folder):
+    """Every file under `folder` with its bytes and mtime: to show that nothing was touched."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_evaluate_reuses_a_finished_run_with_the_same_settings(tmp_path):
+    sampling = SamplingConfig(n=2, max_tokens=8, seed=0)
+    first = evaluate(ScriptedEngine(), _answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path, batch_size=3,
+                     progress=False)
+    before = _snapshot(tmp_path)
+    idle = ScriptedEngine()
+    again = evaluate(idle, _answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path, batch_size=3, progress=False)
+    assert idle.calls == 0 and again == first == load_run(tmp_path)[1]  # the saved summary, its timing kept
+    assert _snapshot(tmp_path) == before  # nothing rewritten
+    assert check_out_dir(_answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path, model_name="scripted") == 7
+
+
+OTHER_CALLS = {  # what differs -> (evaluate's changed arguments, words the error names)
+    "sampling": (dict(sampling=SamplingConfig(n=4, max_tokens=8, seed=0)), "sampling.n: saved 2 vs now 4"),
+    "seed": (dict(sampling=SamplingConfig(n=2, max_tokens=8, seed=1)), "sampling.seed: saved 0 vs now 1"),
+    "model": (dict(model_name="other"), "model: saved 'scripted' vs now 'other'"),
+    "reward": (dict(reward_fn=lambda r, g: _answer_reward(r, g)), "reward_fn"),
+    "prompt": (dict(prompt_template="question_only"), "prompt: example 0's prompt differs"),
+    "fewer examples": (dict(examples=EXAMPLES[:5]), "it holds example 5, but 5 examples are given now"),
+    "other questions": (dict(examples=[{**e, "question": e["question"] + "?"} for e in EXAMPLES]),
+                        "example 0's question"),
+    "other answers": (dict(examples=[{**e, "gold": "9"} for e in EXAMPLES]), "example 0's ground truth"),
+}
+
+
+@pytest.mark.parametrize("what", list(OTHER_CALLS))
+def test_evaluate_refuses_a_run_made_otherwise_and_changes_nothing(tmp_path, what):
+    base = dict(reward_fn=_answer_reward, examples=EXAMPLES, prompt_template="r1_zero",
+                sampling=SamplingConfig(n=2, max_tokens=8, seed=0), model_name=None)
+    evaluate(ScriptedEngine(), out_dir=tmp_path, batch_size=3, progress=False, **base)
+    (tmp_path / "notes.txt").write_text("mine")
+    before = _snapshot(tmp_path)
+    changes, words = OTHER_CALLS[what]
+    engine = ScriptedEngine()
+    with pytest.raises(RunExistsError) as caught:
+        evaluate(engine, out_dir=tmp_path, batch_size=3, progress=False, **{**base, **changes})
+    message = str(caught.value)
+    assert isinstance(caught.value, RunMismatchError)
+    assert str(tmp_path) in message and words in message
+    assert "another out_dir" in message and "overwrite=True" in message and "--overwrite" in message
+    assert engine.calls == 0 and _snapshot(tmp_path) == before
+    check = {**base, **changes, "model_name": changes.get("model_name", "scripted")}
+    with pytest.raises(RunExistsError, match="overwrite=True"):  # the same refusal, without an engine
+        check_out_dir(check["reward_fn"], check["examples"], check["prompt_template"], check["sampling"], tmp_path,
+                      model_name=check["model_name"])
+
+    redo = ScriptedEngine()  # overwrite=True: deletes evaluate's outputs (only them) and starts over
+    summary = evaluate(redo, out_dir=tmp_path, batch_size=3, progress=False, overwrite=True, **{**base, **changes})
+    assert redo.calls > 0 and summary["time"]["examples_resumed"] == 0
+    assert summary["num_examples"] == len(changes.get("examples", EXAMPLES)) and load_run(tmp_path)[1] == summary
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_evaluate_overwrite_redoes_a_run_with_the_same_settings(tmp_path):
+    sampling = SamplingConfig(n=1, max_tokens=8, seed=0)
+    evaluate(ScriptedEngine(), _answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path, batch_size=3, progress=False)
+    redo = ScriptedEngine()
+    summary = evaluate(redo, _answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path, batch_size=3, progress=False,
+                       overwrite=True)
+    assert redo.calls == 3 and summary["time"]["examples_generated"] == 7
+
+
+def test_evaluate_refuses_a_checkpoint_made_otherwise(tmp_path):
+    sampling = SamplingConfig(n=2, max_tokens=8, seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(ScriptedEngine(fail_after=1), _answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path, batch_size=2,
                  progress=False)
+    (tmp_path / "checkpoint" / "notes.txt").write_text("mine")  # not evaluate's: never deleted
+    before = _snapshot(tmp_path)
+    for kwargs in (dict(sampling=SamplingConfig(n=1, max_tokens=8, seed=0)), dict(examples=EXAMPLES[:1])):
+        call = {"sampling": sampling, "examples": EXAMPLES, **kwargs}
+        with pytest.raises(RunExistsError, match="checkpoint"):
+            evaluate(ScriptedEngine(), _answer_reward, call["examples"], "r1_zero", call["sampling"], tmp_path,
+                     batch_size=2, progress=False)
+        assert _snapshot(tmp_path) == before  # the finished chunk [0, 1] is kept
+
+    resumed = ScriptedEngine()  # the same settings resume it, and remove only the checkpoint's own files
+    summary = evaluate(resumed, _answer_reward, EXAMPLES, "r1_zero", sampling, tmp_path, batch_size=2, progress=False)
+    assert resumed.calls == 3 and summary["time"]["examples_resumed"] == 2
+    assert [p.name for p in (tmp_path / "checkpoint").iterdir()] == ["notes.txt"]
+
+
+def test_evaluate_refuses_generations_without_a_summary(tmp_path):
+    (tmp_path / "generations.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
+    with pytest.raises(RunExistsError, match="no summary.json"):
+        evaluate(ScriptedEngine(), _answer_reward, EXAMPLES, "r1_zero", SamplingConfig(), tmp_path, progress=False)
+    assert (tmp_path / "generations.jsonl").read_text() == json.dumps(ROWS[0]) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +325,18 @@ def test_hw3_eval_command(tmp_path, tiny_model_dir, shared_data_dir):
     assert summary["sampling"]["max_tokens"] == 6 and summary["model"] == "tiny"
     assert all(g["num_tokens"] <= 6 for row in load_run(out)[0] for g in row["generations"])
     assert "over 6 samples" in result.output and '"accuracy"' in result.output
+
+    # Other settings in the same --out: a one-line error naming the folder; nothing changed.
+    before = _snapshot(out)
+    other = ["eval", "--model", "tiny", "--n", "1", "--max-tokens", "6", "--limit", "3", "--device", "cpu",
+             "--no-progress", "--out", str(out)]
+    result = CliRunner().invoke(app, other)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert str(out) in result.output and "sampling.n: saved 2 vs now 1" in result.output
+    assert "--overwrite" in result.output and _snapshot(out) == before
+    result = CliRunner().invoke(app, [*other, "--overwrite"])  # explicit: redone with n=1
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "summary.json").read_text())["num_samples"] == 3
 
 
 def test_hw3_eval_command_on_a_math_file(tmp_path, tiny_model_dir):

@@ -77,12 +77,29 @@ def reference_greedy(model, tokenizer, prompt: str, max_tokens: int) -> list[int
     return tokens[:tokens.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in tokens else tokens
 
 
-def forward_logprobs(model, tokenizer, prompt: str, token_ids: list[int]) -> torch.Tensor:
-    """log p(token_t | prompt, tokens_<t) from one fresh forward pass over prompt + continuation."""
+def forward_logprobs(model, tokenizer, prompt: str, token_ids: list[int], sampling: SamplingConfig | None = None,
+                     eos_ids: tuple[int, ...] = ()) -> torch.Tensor:
+    """log p(token_t | prompt, tokens_<t) from one fresh forward pass over prompt + continuation.
+
+    With `sampling`: under the distribution the engines sample from, written out independently --
+    EOS banned before `min_tokens`, logits / temperature, then the top-p nucleus (the smallest set
+    of most likely tokens whose mass reaches top_p) renormalized.
+    """
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     full = torch.tensor([prompt_ids + token_ids])  # [1, P+T]
     with torch.no_grad():
         logits = model(full).logits[0, len(prompt_ids) - 1:-1].float()  # [T, V]
+    if sampling is not None:
+        logits = logits.clone()
+        logits[:sampling.min_tokens, list(eos_ids)] = float("-inf")
+        if not sampling.greedy:
+            logits = logits / sampling.temperature
+        if sampling.top_p < 1.0:
+            probs = torch.softmax(logits, dim=-1)  # [T, V]
+            for t in range(logits.shape[0]):
+                order = probs[t].argsort(descending=True)
+                before = probs[t][order].cumsum(0) - probs[t][order]  # mass of the more likely tokens
+                logits[t, order[before >= sampling.top_p]] = float("-inf")
     return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(token_ids)[:, None]).squeeze(1)  # [T]
 
 
@@ -204,28 +221,35 @@ def test_greedy_matches_unpadded_generate_and_ends_correctly(engine, prompts, fr
 
 
 def test_recorded_logprobs_equal_the_output_logits_route(engine, prompts):
-    """The recorder's log-probs == log_softmax of `generate(output_logits=True)`'s raw logits at the chosen tokens."""
+    """The recorder's log-probs == log_softmax of `generate(output_logits=True)`'s raw logits at the chosen
+    tokens, EOS banned (greedy: no temperature; min_tokens=16 bans EOS at every one of the 16 steps)."""
     ids = torch.tensor([engine.tokenizer(prompts[0], add_special_tokens=False)["input_ids"]])
     with torch.no_grad():
         out = engine.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
                                     min_new_tokens=16, output_logits=True, return_dict_in_generate=True,
                                     pad_token_id=engine.tokenizer.pad_token_id)
     tokens = out.sequences[0, ids.shape[1]:]  # [T]
-    expected = torch.stack([torch.log_softmax(step[0].float(), -1)[token]
+    eos = sorted(engine.eos_ids)
+    expected = torch.stack([torch.log_softmax(step[0].float().index_fill(0, torch.tensor(eos), float("-inf")), -1)[token]
                             for step, token in zip(out.logits, tokens)])  # [T]
     (sample,), = engine.generate(prompts[:1], SamplingConfig(temperature=0, max_tokens=16, min_tokens=16, stop=()))
     assert sample.token_ids == tokens.tolist()
     assert torch.allclose(torch.tensor(sample.logprobs), expected, atol=1e-5)
 
 
-def test_logprobs_are_raw_model_logprobs(engine, prompts):
-    """With temperature, top-p and min_tokens on, reported log-probs are still the raw distribution's."""
-    sampling = SamplingConfig(n=2, temperature=0.7, top_p=0.8, min_tokens=3, max_tokens=24, stop=(), seed=3)
+@pytest.mark.parametrize("sampling", [
+    SamplingConfig(n=2, temperature=0.6, max_tokens=24, stop=(), seed=3),
+    SamplingConfig(n=2, temperature=0.7, top_p=0.8, min_tokens=3, max_tokens=24, stop=(), seed=3)])
+def test_logprobs_are_those_of_the_sampling_distribution(engine, prompts, sampling):
+    """With temperature (and top-p, min_tokens), reported log-probs are those of the distribution sampled from."""
     for prompt, group in zip(prompts[:3], engine.generate(prompts[:3], sampling)):
         for sample in group:
-            reference = forward_logprobs(engine.model, engine.tokenizer, prompt, sample.token_ids)
+            reference = forward_logprobs(engine.model, engine.tokenizer, prompt, sample.token_ids, sampling,
+                                         tuple(engine.eos_ids))
             assert torch.allclose(torch.tensor(sample.logprobs), reference, atol=1e-4)
             assert sample.mean_logprob == pytest.approx(reference.mean().item(), abs=1e-4)
+            raw = forward_logprobs(engine.model, engine.tokenizer, prompt, sample.token_ids)
+            assert (torch.tensor(sample.logprobs) - raw).abs().max() > 1e-3  # not the temperature-1 distribution
 
 
 def test_seeded_sampling_is_reproducible_and_leaves_global_rng_alone(engine, prompts):
@@ -334,7 +358,7 @@ def test_shared_prompt_prefill_gives_the_full_prefill_numbers(lively_dir, prompt
 
 
 def test_wrapped_module_and_weight_updates(lively_dir, prompts):
-    from hw3lib.tiny import load_model_and_tokenizer
+    from hw3lib.models import load_model_and_tokenizer
 
     policy, tokenizer = load_model_and_tokenizer(str(lively_dir))
     policy.train()

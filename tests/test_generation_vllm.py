@@ -57,14 +57,15 @@ def test_greedy_parity_with_transformers(engine, hf_engine, prompts):
     assert eos_samples and all(s.token_ids[-1] == engine.tokenizer.eos_token_id for s in eos_samples)
 
 
-def test_logprobs_are_raw_model_logprobs(engine, hf_engine, prompts):
-    """Temperature-1 samples (and tempered, top-p, min_tokens ones): log-probs of the raw distribution."""
+def test_logprobs_are_those_of_the_sampling_distribution(engine, hf_engine, prompts):
+    """Temperature-1 samples (and tempered, top-p, min_tokens ones): log-probs of the distribution sampled from."""
     for sampling in (SamplingConfig(n=2, temperature=1.0, max_tokens=24, stop=(), seed=1),
                      SamplingConfig(n=2, temperature=0.7, top_p=0.8, min_tokens=3, max_tokens=24, stop=(), seed=2)):
         for prompt, group in zip(prompts[:3], engine.generate(prompts[:3], sampling)):
             assert len(group) == 2
             for sample in group:
-                reference = forward_logprobs(hf_engine.model, hf_engine.tokenizer, prompt, sample.token_ids)
+                reference = forward_logprobs(hf_engine.model, hf_engine.tokenizer, prompt, sample.token_ids,
+                                             sampling, tuple(hf_engine.eos_ids))
                 assert torch.allclose(torch.tensor(sample.logprobs), reference, atol=1e-3)
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pytest
 import torch
 
-from hw3lib.grpo import (LOSS_TYPES, compute_grpo_clip_loss, compute_grpo_no_clip_loss,
-                         compute_group_normalized_rewards, compute_naive_policy_gradient_loss,
-                         compute_policy_gradient_loss, grpo_microbatch_train_step)
-from hw3lib.sft import masked_mean
+from hw3lib.grpo import (LENGTH_NORMALIZATIONS, LOSS_INPUTS, LOSS_TYPES, RATIO_LOSSES, compute_grpo_clip_loss,
+                         compute_grpo_no_clip_loss, compute_group_normalized_rewards,
+                         compute_naive_policy_gradient_loss, compute_policy_gradient_loss, grpo_microbatch_train_step)
+from hw3lib.sft import masked_mean, masked_normalize
 
 F64 = torch.float64
 
@@ -237,3 +238,239 @@ def test_microbatch_errors():
         grpo_microbatch_train_step(lp, mask, 1, "reinforce_with_baseline", advantages=adv, length_normalization="seq")
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):
         grpo_microbatch_train_step(lp, mask, 0, "reinforce_with_baseline", advantages=adv)
+
+
+def test_microbatch_gradcheck_float64_constant_normalization_and_empty_rows():
+    raw = torch.randn(3, dtype=F64)
+    mask = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 1, 1]])  # the second response is empty
+    log_probs = torch.randn(3, 4, dtype=F64, requires_grad=True)
+
+    def composed(lp, normalization):
+        per_token = compute_naive_policy_gradient_loss(raw, lp)
+        if normalization == "constant":
+            return masked_normalize(per_token, mask, dim=-1, normalize_constant=6.0).mean() / 2
+        per_sequence = masked_mean(per_token, mask, dim=-1)  # NaN on the empty row...
+        return torch.where(mask.bool().any(-1), per_sequence, 0.0).mean() / 2  # ...which the step guards
+
+    for normalization in LENGTH_NORMALIZATIONS:
+        assert torch.autograd.gradcheck(lambda lp: composed(lp, normalization), (log_probs,))
+        probe = log_probs.detach().clone().requires_grad_()
+        loss, stats = grpo_microbatch_train_step(probe, mask, 2, "no_baseline", raw_rewards=raw,
+                                                 length_normalization=normalization, normalize_constant=6.0)
+        torch.testing.assert_close(loss, composed(log_probs, normalization).detach())
+        torch.testing.assert_close(probe.grad, torch.autograd.grad(composed(log_probs, normalization), log_probs)[0])
+        assert torch.isfinite(probe.grad).all() and not probe.grad[1].any()
+
+
+def test_microbatch_all_responses_empty_is_finite():
+    adv, log_probs, old = clip_example()
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    loss, stats = grpo_microbatch_train_step(log_probs, mask, 1, "grpo_clip", advantages=adv,
+                                             old_log_probs=old, cliprange=0.2)
+    assert loss.item() == 0.0 and stats["clip_fraction"].item() == 0.0
+    assert torch.equal(log_probs.grad, torch.zeros_like(log_probs))
+
+
+def test_loss_table_is_the_one_source():
+    import hw3lib.train_config as train_config
+
+    assert LOSS_TYPES == tuple(LOSS_INPUTS) == ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
+    assert RATIO_LOSSES == ("grpo_clip", "grpo_no_clip")
+    assert LENGTH_NORMALIZATIONS == ("masked_mean", "constant")
+    # the config re-exports the very same objects instead of defining its own
+    assert train_config.LOSS_TYPES is LOSS_TYPES and train_config.RATIO_LOSSES is RATIO_LOSSES
+    assert train_config.LENGTH_NORMALIZATIONS is LENGTH_NORMALIZATIONS
+    # every loss type accepts exactly the inputs its table row names, and needs each of them
+    full = {"raw_rewards": torch.ones(2, 1), "advantages": torch.ones(2, 1),
+            "old_log_probs": torch.zeros(2, 3), "cliprange": 0.2}
+    for loss_type, inputs in LOSS_INPUTS.items():
+        compute_policy_gradient_loss(torch.zeros(2, 3), loss_type, **{k: full[k] for k in inputs})
+        for name in inputs:
+            with pytest.raises(ValueError, match=f"needs {name}"):
+                compute_policy_gradient_loss(torch.zeros(2, 3), loss_type,
+                                             **{k: full[k] for k in inputs if k != name})
+
+
+# --- the course's public tests (stanford-cs336/assignment5-alignment tests/test_grpo.py) --------------
+# Same fixtures as the course's conftest.py and the same calls; the course compares against stored
+# snapshots (np.testing.assert_allclose, NaN == NaN, rtol 1e-4 / atol 1e-2), not available offline,
+# so each test compares against a straightforward reference written from the handout's definitions.
+
+@pytest.fixture
+def course_reward_fn():
+    def dummy_reward_fn(response, ground_truth):
+        reward = (int(hashlib.sha256(response.encode()).hexdigest(), 16) % 10) / 10.0
+        return {"reward": reward, "format_reward": reward, "answer_reward": reward}
+
+    return dummy_reward_fn
+
+
+COURSE_RESPONSES = [f"hmm I think ths answer is {i}" for i in range(8)]
+COURSE_TRUTHS = ["42"] * 8
+
+
+@pytest.fixture
+def course_raw_rewards():  # the course's raw_rewards_or_advantages / raw_rewards
+    torch.manual_seed(42)
+    return torch.rand(size=(2, 1))
+
+
+@pytest.fixture
+def course_advantages(course_raw_rewards):
+    return course_raw_rewards - torch.mean(course_raw_rewards, dim=0)
+
+
+@pytest.fixture
+def course_policy_log_probs():
+    torch.manual_seed(42)
+    return torch.randn(size=(2, 10))
+
+
+@pytest.fixture
+def course_old_log_probs(course_policy_log_probs):
+    torch.manual_seed(42)
+    return course_policy_log_probs + torch.randn_like(course_policy_log_probs)
+
+
+@pytest.fixture
+def course_tensor_and_mask():
+    torch.manual_seed(42)
+    tensor = torch.randn(size=(2, 10, 100))
+    torch.manual_seed(42)
+    return tensor, torch.rand_like(tensor) > 0.5
+
+
+@pytest.fixture
+def course_response_mask(course_policy_log_probs):
+    torch.manual_seed(42)
+    return torch.rand_like(course_policy_log_probs) > 0.5
+
+
+def reference_group_normalized(rewards, group_size, advantage_eps, normalize_by_std):
+    out = []
+    for start in range(0, len(rewards), group_size):
+        group = rewards[start:start + group_size]
+        mean = sum(group) / group_size
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (group_size - 1))  # unbiased, as torch.std
+        out += [(r - mean) / (std + advantage_eps) if normalize_by_std else r - mean for r in group]
+    return torch.tensor(out)
+
+
+def reference_masked_mean(tensor, mask, dim=None):
+    return torch.sum(tensor * mask, dim=dim) / torch.sum(mask, dim=dim)  # 0/0 = NaN on an empty slice
+
+
+def reference_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange):
+    ratio = torch.exp(policy_log_probs - old_log_probs)
+    return -torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - cliprange, 1 + cliprange) * advantages)
+
+
+def reference_grpo_step_loss(policy_log_probs, response_mask, gradient_accumulation_steps, advantages, old_log_probs,
+                             cliprange):
+    per_token = reference_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange)
+    return reference_masked_mean(per_token, response_mask, dim=-1).mean() / gradient_accumulation_steps
+
+
+@pytest.mark.parametrize("normalize_by_std", [True, False])
+def test_course_compute_group_normalized_rewards(course_reward_fn, normalize_by_std):
+    normalized, raw, metadata = compute_group_normalized_rewards(
+        reward_fn=course_reward_fn, rollout_responses=COURSE_RESPONSES, repeated_ground_truths=COURSE_TRUTHS,
+        group_size=4, advantage_eps=1e-6, normalize_by_std=normalize_by_std)
+    # hand-worked: the sha256 rewards, group means 0.275 and 0.45
+    assert raw.tolist() == pytest.approx([0.2, 0.5, 0.0, 0.4, 0.9, 0.7, 0.2, 0.0])
+    centred = [-0.075, 0.225, -0.275, 0.125, 0.45, 0.25, -0.25, -0.45]
+    stds = [math.sqrt(0.1475 / 3)] * 4 + [math.sqrt(0.53 / 3)] * 4  # unbiased group stds
+    hand = [c / (s + 1e-6) if normalize_by_std else c for c, s in zip(centred, stds)]
+    assert normalized.tolist() == pytest.approx(hand, rel=1e-5, abs=1e-6)
+    expected = reference_group_normalized([course_reward_fn(r, t)["reward"] for r, t in
+                                           zip(COURSE_RESPONSES, COURSE_TRUTHS)], 4, 1e-6, normalize_by_std)
+    torch.testing.assert_close(normalized, expected)
+    assert normalized.shape == raw.shape == (8,) and normalized.dtype == raw.dtype == torch.float32
+    assert isinstance(metadata, dict)
+
+
+def test_course_compute_naive_policy_gradient_loss(course_raw_rewards, course_policy_log_probs):
+    output = compute_naive_policy_gradient_loss(raw_rewards_or_advantages=course_raw_rewards,
+                                                policy_log_probs=course_policy_log_probs)
+    torch.testing.assert_close(output, -course_raw_rewards * course_policy_log_probs)
+
+
+@pytest.mark.parametrize("cliprange", [10.0, 0.1])
+def test_course_compute_grpo_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, cliprange):
+    output, metadata = compute_grpo_clip_loss(advantages=course_advantages, policy_log_probs=course_policy_log_probs,
+                                              old_log_probs=course_old_log_probs, cliprange=cliprange)
+    expected = reference_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, cliprange)
+    torch.testing.assert_close(output, expected)
+    assert isinstance(metadata, dict)
+    if cliprange == 10.0:  # never clipped: the plain -r A
+        ratio = torch.exp(course_policy_log_probs - course_old_log_probs)
+        torch.testing.assert_close(output, -ratio * course_advantages)
+        assert not metadata["clipped"].any()
+
+
+@pytest.mark.parametrize("loss_type", ["no_baseline", "reinforce_with_baseline", "grpo_clip"])
+def test_course_compute_policy_gradient_loss(loss_type, course_raw_rewards, course_advantages,
+                                             course_policy_log_probs, course_old_log_probs):
+    output, metadata = compute_policy_gradient_loss(
+        policy_log_probs=course_policy_log_probs, loss_type=loss_type, raw_rewards=course_raw_rewards,
+        advantages=course_advantages, old_log_probs=course_old_log_probs, cliprange=0.5)
+    expected = {
+        "no_baseline": -course_raw_rewards * course_policy_log_probs,
+        "reinforce_with_baseline": -course_advantages * course_policy_log_probs,
+        "grpo_clip": reference_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, 0.5),
+    }[loss_type]
+    torch.testing.assert_close(output, expected)
+    assert isinstance(metadata, dict)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, None])
+def test_course_masked_mean(course_tensor_and_mask, dim):
+    tensor, mask = course_tensor_and_mask
+    output = masked_mean(tensor=tensor, mask=mask, dim=dim)
+    expected = reference_masked_mean(tensor, mask, dim)
+    assert output.shape == expected.shape
+    torch.testing.assert_close(output, expected, equal_nan=True)
+    # dim 0 averages pairs, and 260 of the 1000 pairs are both masked: NaN there, as in the course's snapshot
+    assert int(output.isnan().sum()) == (260 if dim == 0 else 0)
+
+
+def test_course_grpo_microbatch_train_step_grpo_clip(course_policy_log_probs, course_response_mask,
+                                                     course_raw_rewards, course_advantages, course_old_log_probs):
+    policy_log_probs = course_policy_log_probs.clone().requires_grad_()
+    loss, metadata = grpo_microbatch_train_step(
+        policy_log_probs=policy_log_probs, response_mask=course_response_mask, gradient_accumulation_steps=2,
+        loss_type="grpo_clip", raw_rewards=course_raw_rewards, advantages=course_advantages,
+        old_log_probs=course_old_log_probs, cliprange=0.1)
+    expected_lp = course_policy_log_probs.clone().requires_grad_()
+    expected = reference_grpo_step_loss(expected_lp, course_response_mask, 2, course_advantages,
+                                        course_old_log_probs, 0.1)
+    expected.backward()
+    torch.testing.assert_close(loss, expected.detach())  # the scaled loss is returned
+    torch.testing.assert_close(policy_log_probs.grad, expected_lp.grad)
+    # the response lengths differ (6 and 8), so a token-level mean over the batch would differ
+    assert course_response_mask.sum(-1).tolist() == [6, 8]
+    token_mean = reference_masked_mean(reference_clip_loss(course_advantages, course_policy_log_probs,
+                                                           course_old_log_probs, 0.1), course_response_mask) / 2
+    assert not torch.allclose(loss, token_mean)
+    assert isinstance(metadata, dict)
+
+
+def test_course_grpo_microbatch_train_step_grpo_clip_10_steps(course_policy_log_probs, course_response_mask,
+                                                              course_raw_rewards, course_advantages,
+                                                              course_old_log_probs):
+    policy_log_probs = course_policy_log_probs.clone().requires_grad_()
+    losses, grads = [], []
+    for _ in range(10):  # as the course: .grad accumulates in place, so every entry is the final sum
+        loss, _ = grpo_microbatch_train_step(
+            policy_log_probs=policy_log_probs, response_mask=course_response_mask, gradient_accumulation_steps=2,
+            loss_type="grpo_clip", raw_rewards=course_raw_rewards, advantages=course_advantages,
+            old_log_probs=course_old_log_probs, cliprange=0.1)
+        losses.append(loss)
+        grads.append(policy_log_probs.grad)
+    expected_lp = course_policy_log_probs.clone().requires_grad_()
+    expected = reference_grpo_step_loss(expected_lp, course_response_mask, 2, course_advantages,
+                                        course_old_log_probs, 0.1)
+    for _ in range(10):
+        expected.backward(retain_graph=True)
+    torch.testing.assert_close(torch.stack(losses), expected.detach().expand(10))
+    torch.testing.assert_close(torch.stack(grads), expected_lp.grad.expand(10, 2, 10))

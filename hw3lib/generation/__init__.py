@@ -13,8 +13,8 @@ Every engine has `.tokenizer`, `.generate(prompts, sampling) -> list[list[Sample
 `.load_weights(named_tensors)` (push a policy's current weights without a restart), `.sleep()` /
 `.wake_up()` (free accelerator memory between rollouts; documented no-ops where unavailable)
 and `.close()`. Both report the same things -- in particular `Sample.logprobs` are log-probs of
-the sampled tokens under the model's RAW (temperature-1, unfiltered) distribution, the quantity
-the policy's training log-probs compute. The shared conventions (stop strings, EOS, min_tokens,
+the sampled tokens under the distribution they were drawn from (temperature applied), the
+quantity the policy's training log-probs compute at the same temperature. The shared conventions (stop strings, EOS, min_tokens,
 seeds) are in hw3lib.generation.base.
 """
 
@@ -24,7 +24,8 @@ from hw3lib.generation.base import FINISH_REASONS, Sample, SamplingConfig
 
 ENGINE_KINDS = ("transformers", "vllm")
 
-__all__ = ["ENGINE_KINDS", "FINISH_REASONS", "Sample", "SamplingConfig", "TransformersEngine", "make_engine"]
+__all__ = ["ENGINE_KINDS", "FINISH_REASONS", "Sample", "SamplingConfig", "TransformersEngine", "make_engine",
+           "policy_weights_for_engine", "training_engine"]
 
 
 def __getattr__(name: str):
@@ -60,3 +61,40 @@ def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "f
         return VLLMEngine(str(model), device=device, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                           seed=seed, **kw)
     raise ValueError(f"unknown engine kind {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
+
+
+def training_engine(cfg, policy, tokenizer, initial_model: str):
+    """The GRPO loop's rollout engine for a `GRPOConfig` (`engine`, `rollout_device`, `dtype`, ...).
+
+    - transformers, float32, on the policy's device: the engine wraps the policy module itself
+      (no copy; `load_weights` skips tensors that already share storage);
+    - transformers otherwise: its own copy of `initial_model` at `cfg.dtype` (bf16 copies of the
+      float32 master weights are pushed into it after each GRPO step);
+    - vLLM: its own engine at `cfg.dtype`; colocated with the policy it may sleep during training.
+    """
+    import torch
+
+    rollout, training = torch.device(cfg.rollout_device), torch.device(cfg.policy_device)
+    if cfg.engine == "transformers":
+        # On a CPU a preallocated KV cache beats a growing one (no concatenation per token).
+        options = {"progress": False, "batch_size": cfg.generation_batch_size, "static_cache": rollout.type == "cpu"}
+        if rollout == training and cfg.dtype == "float32":
+            return make_engine("transformers", policy, tokenizer=tokenizer, **options)
+        return make_engine("transformers", initial_model, device=cfg.rollout_device, dtype=cfg.dtype, **options)
+    if rollout.type == "cuda" and (rollout.index or 0) != 0:
+        raise ValueError(f"rollout_device={cfg.rollout_device!r}: the in-process vLLM engine runs on the first "
+                         "visible GPU; for two GPUs use rollout_device='cuda:0' and policy_device='cuda:1'")
+    return make_engine("vllm", initial_model, device=rollout.type, dtype=cfg.dtype, seed=cfg.seed,
+                       gpu_memory_utilization=cfg.gpu_memory_utilization, progress=False,
+                       max_model_len=None if rollout.type == "cuda" else 1024,
+                       enable_sleep_mode=None if rollout == training else False)
+
+
+def policy_weights_for_engine(policy, dtype: str):
+    """(name, tensor) pairs of the policy's weights cast to the engine's `dtype`, one tensor at a time
+    (float32 tensors pass through uncopied, so an engine wrapping the policy copies nothing)."""
+    import torch
+
+    target = getattr(torch, dtype)
+    for name, tensor in policy.state_dict().items():
+        yield name, tensor.detach().to(target)

@@ -13,9 +13,12 @@ Both engines follow vLLM's conventions, so a rollout means the same thing whiche
   (`include_stop_str_in_output=True`) or right before it.
 - An EOS token is kept as the last entry of `token_ids` and `logprobs` (the policy must learn the
   probability of stopping) but never appears in `text`.
-- `logprobs[t]` is log p(token_t | prompt, tokens_<t) under the model's RAW distribution: the
-  softmax of the unmodified logits, before temperature, top-p and the min-tokens EOS ban. That is
-  the quantity the policy's training log-probs compute, so importance ratios start at exactly 1.
+- `logprobs[t]` is log p(token_t | prompt, tokens_<t) under the distribution the token was drawn
+  from: softmax(logits / temperature) after the min-tokens EOS ban and top-p (vLLM's
+  `processed_logprobs`); at temperature 0 (greedy) the unscaled logits after the ban. With
+  top_p = 1 and past the first `min_tokens` tokens that is exactly what the trainer computes
+  from the policy's logits divided by the sampling temperature (hw3lib.logprobs), so the
+  engine/trainer mismatch the training loop logs is numerical only (dtype, kernels).
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ class Sample:
     token_ids: list[int]
     """The sampled tokens, including the EOS or stop-completing token that ended the sample."""
     logprobs: list[float]
-    """log p(token | prefix) of each token under the model's raw (temperature-1, unfiltered) distribution."""
+    """log p(token | prefix) of each token under the distribution it was sampled from (see the module docstring)."""
     finish_reason: str
     """Why it ended: "stop" (a stop string), "eos" (end-of-sequence token), "length" (budget or context full)."""
     mean_logprob: float = field(init=False)

@@ -11,18 +11,19 @@ How each `SamplingConfig` field is honoured (conventions: hw3lib.generation.base
   are n rows), decoded with the dynamic KV cache, or with `static_cache=True` a preallocated
   `StaticCache` (`cache_implementation="static"`), which `compile=True` lets transformers wrap
   in `torch.compile` on a GPU;
-- temperature / top-p / the min-tokens EOS ban are logits processors we build ourselves, placed
-  behind `RawLogprobRecorder` (so it sees the model's raw float32 logits), and the token is drawn
-  by a last processor, `InverseCdfSampler`; `generate` itself always runs its greedy path, which
-  then takes the drawn token, so HF's own sampling and warpers stay off;
+- the min-tokens EOS ban / temperature / top-p are logits processors we build ourselves (in
+  vLLM's order), followed by `SampledLogprobRecorder` (so it sees the distribution the token is
+  drawn from) and a last processor, `InverseCdfSampler`, that draws the token; `generate` itself
+  always runs its greedy path, which then takes the drawn token, so HF's own sampling and
+  warpers stay off;
 - stop strings: HF's `StopStringCriteria` on the continuation only (and only after `min_tokens`
   tokens) ends a row early; `finish_continuation` then cuts text, tokens and log-probs exactly;
 - seeds: each batch samples under `torch.random.fork_rng` seeded with `derive_seed(seed, batch)`,
   so results are reproducible and the caller's global RNG is left untouched.
 
 Log-probs: `output_logits=True` would keep every step's [B, V] float32 logits alive until the
-end ([B, T, V]: 40 GB for 64 x 1024 tokens of Qwen3's 151,936 vocabulary). `RawLogprobRecorder`
-sees the same raw logits one step at a time, keeps one step's [B, V] log-softmax and gathers the
+end ([B, T, V]: 40 GB for 64 x 1024 tokens of Qwen3's 151,936 vocabulary). `SampledLogprobRecorder`
+sees the processed scores one step at a time, keeps one step's [B, V] log-softmax and gathers the
 sampled token's entry when the next step reveals it. Tests check it against both the
 `output_logits=True` route and a fresh forward pass.
 """
@@ -37,12 +38,13 @@ import torch
 from hw3lib.generation.base import Sample, SamplingConfig, derive_seed, encode_prompts, finish_continuation
 
 
-class RawLogprobRecorder:
-    """Logits processor that records log p(sampled token) under the raw logits, leaving scores unchanged.
+class SampledLogprobRecorder:
+    """Logits processor that records log p(sampled token) under the scores it sees, leaving them unchanged.
 
-    It must be the first processor to see the scores (the engine guarantees it). At step t it
-    receives the raw logits of step t and the tokens so far, whose last column is the token
-    sampled at step t-1.
+    The engine places it right before the sampler, so it sees the sampling distribution (after the
+    min-tokens EOS ban, temperature and top-p; the unscaled logits when greedy). At step t it
+    receives the scores of step t and the tokens so far, whose last column is the token sampled
+    at step t-1.
     """
 
     def __init__(self) -> None:
@@ -58,7 +60,7 @@ class RawLogprobRecorder:
     def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
         """[B, T] log-probs of all T sampled tokens, given the tokens sampled at the last step."""
         if self.pending is None:
-            raise RuntimeError("RawLogprobRecorder saw no generation step: was it passed to generate?")
+            raise RuntimeError("SampledLogprobRecorder saw no generation step: was it passed to generate?")
         steps = [*self.gathered, self.pending.gather(1, last_tokens[:, None]).squeeze(1)]  # T x [B]
         self.pending = None
         return torch.stack(steps, dim=1)  # [B, T]
@@ -128,7 +130,7 @@ class TransformersEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-            from hw3lib.tiny import load_model_and_tokenizer
+            from hw3lib.models import load_model_and_tokenizer
 
             self.model_name = str(model)
             model, loaded_tokenizer = load_model_and_tokenizer(str(model), device=device, dtype=dtype)
@@ -181,14 +183,15 @@ class TransformersEngine:
             attention_mask[row, width - len(ids):] = 1
         budgets = [min(sampling.max_tokens, self.max_model_len - len(ids)) for ids in rows]
 
-        recorder = RawLogprobRecorder()
-        processors = [recorder]  # first: it must see the raw logits
+        recorder = SampledLogprobRecorder()
+        processors = []  # vLLM's order: min-tokens ban, temperature, top-p; then record, then sample
         if sampling.min_tokens:
             processors.append(MinTokensEosBan(width, sampling.min_tokens, self.eos_ids))
         if not sampling.greedy and sampling.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(sampling.temperature))
         if not sampling.greedy and sampling.top_p < 1.0:
             processors.append(TopPLogitsWarper(sampling.top_p))
+        processors.append(recorder)  # sees exactly the distribution the token is drawn from
         if not sampling.greedy:
             processors.append(InverseCdfSampler())  # last: it samples; generate then decodes "greedily"
         stopping = StoppingCriteriaList()

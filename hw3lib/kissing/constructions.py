@@ -27,6 +27,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from hw3lib.kissing.independent_set import grow_independent_set
+
 DIMENSION = 11
 
 
@@ -80,11 +82,9 @@ def constant_weight_code(length: int = DIMENSION, weight: int = 4, max_overlap: 
     """A large family of `weight`-subsets of range(length), pairwise sharing <= max_overlap elements.
 
     Found as an independent set of the "shares more than max_overlap" graph by the seeded local
-    search of `hw3lib.kissing.search`; stops at `target` blocks (35 = the Johnson bound for the
+    search of `hw3lib.kissing.independent_set`; stops at `target` blocks (35 = the Johnson bound for the
     defaults, reached in well under a second) or after `iterations`.
     """
-    from hw3lib.kissing.search import grow_independent_set
-
     subsets = list(itertools.combinations(range(length), weight))
     incidence = np.zeros((len(subsets), length), dtype=np.int64)  # [m, length]
     for row, subset in enumerate(subsets):

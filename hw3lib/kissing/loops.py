@@ -21,13 +21,15 @@ evaluation; `steps[i].sent` lists the transcript indices sent for that call), `b
 and at the end `report.md` + `score_vs_iteration.png` (hybrid runs also keep the polished points
 as `candidates/iter_XXX_polished.json`). Files are rewritten atomically after every iteration,
 so an interrupted run leaves a consistent log.
+
+Dependencies point one way: this module uses `replies` (code extraction, <think> stripping),
+`evaluator`, `llm`, `search`, `verify` and `report`; none of them imports it.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 import string
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +40,9 @@ from typing import Any
 from hw3lib.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from hw3lib.kissing.evaluator import evaluate_program
 from hw3lib.kissing.llm import ChatReply, Responder
+# NO_CODE_MESSAGE, extract_python_code and strip_thinking stay importable from here (tests, older code).
+from hw3lib.kissing.replies import NO_CODE_MESSAGE, Extraction, extract_python_code, strip_thinking  # noqa: F401
+from hw3lib.kissing.report import write_report
 
 LOOPS = ("agentic", "best_of_n", "hybrid")
 PROMPTS_FILE = Path(__file__).with_name("prompts.md")
@@ -76,53 +81,6 @@ def task_prompt(prompts: dict[str, str], *, dimension: int, timeout_s: float, hy
     if hybrid:
         return fill(prompts["hybrid_task"], task=task, polish_seconds=f"{polish_seconds:g}")
     return task
-
-
-# ---------------------------------------------------------------------------------------------
-# Code extraction
-
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
-_ENTRY_POINT = re.compile(r"^\s*(def\s+(run_code|get_centers)\s*\(|points\s*=)", re.MULTILINE)
-NO_CODE_MESSAGE = ("I could not find a ```python code block in your reply, so nothing was evaluated. "
-                   "Reply with the complete program inside one ```python ... ``` block.")
-
-
-def strip_thinking(text: str) -> str:
-    """Drop Qwen3's <think>...</think> blocks (an unclosed one runs to the end of the text)."""
-    text = _THINK.sub("", text)
-    if "<think>" in text:
-        text = text[:text.index("<think>")]
-    return text.strip()
-
-
-@dataclass(frozen=True)
-class Extraction:
-    code: str | None
-    """The chosen program, or None."""
-    error: str | None
-    """Why no program was found (fed back to the model verbatim)."""
-    num_blocks: int = 0
-
-
-def extract_python_code(text: str) -> Extraction:
-    """The program in a reply: among ```python fences (thinking excluded), the last one that defines
-    run_code/get_centers/points, else the longest; unlabelled fences only when no labelled one exists."""
-    visible = strip_thinking(text)
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(visible)]
-    python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
-    if not python:
-        python = [body for lang, body in blocks if lang == ""]
-    python = [body.strip("\n") for body in python if body.strip()]
-    if not python:
-        if re.search(r"```[ \t]*(python|py)", visible):
-            return Extraction(None, "Your reply was cut off inside the ```python block (no closing ```), so "
-                                    "nothing was evaluated. Reply with a shorter, complete program in one "
-                                    "```python block.")
-        return Extraction(None, NO_CODE_MESSAGE)
-    with_entry = [body for body in python if _ENTRY_POINT.search(body)]
-    code = with_entry[-1] if with_entry else max(python, key=len)
-    return Extraction(code + "\n", None, len(python))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,8 +302,6 @@ class DiscoveryResult:
 
 
 def _finish(recorder: RunRecorder) -> DiscoveryResult:
-    from hw3lib.kissing.report import write_report
-
     recorder.flush(finished=True)
     report_path = write_report(recorder.run_dir)
     best = recorder.best_step()

@@ -6,6 +6,9 @@ after each iteration, the prompts that led to jumps in the best score, the final
 reflection whose every number is computed from the log (failure counts, the largest jump and
 the feedback before it, the plateau, tokens and cost, the gap to the known bounds). The plot is
 `score_vs_iteration.png`. Nothing here is hard-coded about a particular run.
+
+It reads the log file only, never the loop code: `hw3lib.kissing.loops` imports this module
+(to write the report when a run ends), not the other way round.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hw3lib.io import DataFileError, atomic_write_text, save_figure
+from hw3lib.kissing.replies import strip_thinking
 
 KNOWN_BOUNDS = {"classical": 582, "Ganzhinov 2022": 592, "AlphaEvolve 2025": 593}
 """Published lower bounds for the kissing number in dimension 11 (literature, not results)."""
@@ -172,8 +176,6 @@ def _methodology(log: dict) -> list[str]:
 
 def reply_prose(content: str) -> str:
     """A reply's text without its <think> block and code fences (what the model said it was doing)."""
-    from hw3lib.kissing.loops import strip_thinking
-
     return re.sub(r"```.*?(```|$)", " [code] ", strip_thinking(content), flags=re.DOTALL)
 
 
