@@ -236,11 +236,6 @@ class GRPOConfig:
 
     # --- convenience ------------------------------------------------------------------------------
     @property
-    def length_normalizer(self) -> float:
-        """The constant of `constant` length normalization (default: the generation budget)."""
-        return float(self.length_normalization_constant or self.sampling_max_tokens)
-
-    @property
     def needs_old_log_probs(self) -> bool:
         """Old log-probs are computed (once per rollout batch) only for ratio losses (or TIS) trained off-policy.
 

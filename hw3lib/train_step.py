@@ -69,7 +69,8 @@ def microbatch_loss(log_probs: torch.Tensor, mask: torch.Tensor, cfg, *, raw_rew
     if cfg.length_normalization == "masked_mean":
         per_sequence = summed / mask.sum(dim=-1).clamp(min=1)  # [b]: an empty response counts 0, not 0/0
     else:
-        per_sequence = summed / cfg.length_normalizer  # [b]
+        # Dr. GRPO's constant: length_normalization_constant, by default the generation budget.
+        per_sequence = summed / float(cfg.length_normalization_constant or cfg.sampling_max_tokens)  # [b]
     return per_sequence.sum() / cfg.train_batch_size  # []
 
 

@@ -60,7 +60,7 @@ def test_defaults_are_the_course_settings():
                     length_normalization="masked_mean", prompt="r1_zero", monitor_kl=False, wandb_project=None)
     assert {key: getattr(cfg, key) for key in expected} == expected
     assert cfg.n_eval_examples >= 1024
-    assert cfg.length_normalizer == 1024.0  # the constant normalizer defaults to the generation budget
+    assert cfg.length_normalization_constant is None  # None: the generation budget (hw3lib.train_step)
     # Derived values: 256 // 128 = 2 sequences per microbatch, 32 questions, 128 microbatches, on-policy.
     assert (cfg.micro_train_batch_size, cfg.n_prompts_per_rollout_batch, cfg.n_microbatches_per_rollout_batch,
             cfg.optimizer_steps_per_rollout_batch, cfg.off_policy) == (2, 32, 128, 1, False)
