@@ -64,7 +64,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hw3lib.grpo import compute_group_normalized_rewards
+from hw3lib.grpo import LOSS_INPUTS, RATIO_LOSSES, compute_group_normalized_rewards
 from hw3lib.io import append_jsonl, atomic_write_json, atomic_write_jsonl, runs_dir
 from hw3lib.logprobs import batched_log_probs, shared_prefix_length
 from hw3lib.results import RunResult, run_result, validation_logged
@@ -260,9 +260,9 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
                            "train/loss": stats["loss"], "train/grad_norm": stats["grad_norm"],
                            "train/entropy": stats["entropy"], "train/lr": optimizer.param_groups[0]["lr"],
                            "train/skipped_steps": state["skipped_steps"], **rollout_stats}
-                    if cfg.loss_type == "grpo_clip":
+                    if "cliprange" in LOSS_INPUTS[cfg.loss_type]:
                         row["train/clip_fraction"] = stats["clip_fraction"]
-                    if cfg.loss_type in ("grpo_clip", "grpo_no_clip"):
+                    if cfg.loss_type in RATIO_LOSSES:
                         row["train/ratio_mean"] = stats["ratio_mean"]
                     if cfg.tis_cap is not None:
                         row["train/tis_weight_mean"] = stats["tis_weight_mean"]

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from hw3lib.grpo import RATIO_LOSSES, compute_policy_gradient_loss
+from hw3lib.grpo import LOSS_INPUTS, compute_policy_gradient_loss
 from hw3lib.logprobs import autocast_for, kl_token_sums, response_log_probs
 from hw3lib.sft import masked_normalize
 
@@ -60,9 +60,10 @@ def microbatch_loss(log_probs: torch.Tensor, mask: torch.Tensor, cfg, *, raw_rew
     Sequences are divided by `cfg.train_batch_size`, so summing the microbatches of a step gives
     the mean over the step's sequences whatever the microbatch sizes.
     """
-    per_token, _ = compute_policy_gradient_loss(
-        log_probs, cfg.loss_type, raw_rewards=raw_rewards, advantages=advantages, old_log_probs=old_log_probs,
-        cliprange=cfg.cliprange if cfg.loss_type == "grpo_clip" else None)  # [b, T]
+    available = {"raw_rewards": raw_rewards, "advantages": advantages, "old_log_probs": old_log_probs,
+                 "cliprange": cfg.cliprange}
+    inputs = {name: available[name] for name in LOSS_INPUTS[cfg.loss_type]}  # what the loss table says it needs
+    per_token, _ = compute_policy_gradient_loss(log_probs, cfg.loss_type, **inputs)  # [b, T]
     if tis_weights is not None:
         per_token = per_token * tis_weights  # [b, T]
     summed = masked_normalize(per_token, mask, dim=-1, normalize_constant=1.0)  # [b]
@@ -117,7 +118,7 @@ def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor
             tis = torch.exp(behaviour - engine).clamp(max=cfg.tis_cap)  # [b, T], a constant
             sums["tis_weight"] += masked_normalize(tis, mask)
         loss = microbatch_loss(log_probs, mask, cfg, raw_rewards=raw_rewards[idx], advantages=advantages[idx],
-                               old_log_probs=behaviour if cfg.loss_type in RATIO_LOSSES else None,
+                               old_log_probs=behaviour,
                                tis_weights=tis)
         loss.backward()
 
@@ -127,7 +128,7 @@ def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor
         sums["entropy"] += masked_normalize(out["token_entropy"], mask)
         ratio = torch.exp(detached - behaviour)  # [b, T]
         sums["ratio"] += masked_normalize(ratio, mask)
-        if cfg.loss_type == "grpo_clip":
+        if "cliprange" in LOSS_INPUTS[cfg.loss_type]:
             adv = advantages[idx]  # [b, 1]
             clipped = ratio.clamp(1 - cfg.cliprange, 1 + cfg.cliprange) * adv < ratio * adv  # [b, T]
             sums["clipped"] += masked_normalize(clipped.float(), mask)
