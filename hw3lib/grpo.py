@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from hw3lib.sft import _check_accumulation, masked_mean_or_zero, masked_normalize
+from hw3lib.sft import _check_accumulation, masked_mean, masked_mean_or_zero, masked_normalize
 
 # The one table of loss types: the arguments of `compute_policy_gradient_loss` each one needs
 # (beyond policy_log_probs). Everything else (config validation, the training loop) derives from it.
@@ -157,10 +157,11 @@ def grpo_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: to
 
     Per-token loss -> per sequence (`masked_mean` over the response, or `constant`: masked sum /
     `normalize_constant`) -> mean over the batch -> / `gradient_accumulation_steps` -> backward.
-    The returned loss is the scaled one (as in the course). A sequence with an empty response
-    contributes 0 to the batch mean (and no gradient) instead of the NaN of the course's
-    `masked_mean`; it still counts in the batch size. For `grpo_clip`, `stats["clip_fraction"]`
-    is the fraction of response tokens clipped (0 if there are none).
+    The returned loss is the scaled one (as in the course). As in the course's reference, a
+    sequence with an empty response makes the `masked_mean` loss NaN (0/0): callers that may meet
+    one guard it where they assemble their loss -- the training loop does so in
+    `hw3lib.train_step.microbatch_loss`. For `grpo_clip`, `stats["clip_fraction"]` is the fraction
+    of response tokens clipped (0 if there are none).
     """
     _check_accumulation(gradient_accumulation_steps)
     if length_normalization not in LENGTH_NORMALIZATIONS:
@@ -171,8 +172,7 @@ def grpo_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: to
     per_token, loss_stats = compute_policy_gradient_loss(policy_log_probs, loss_type, raw_rewards, advantages,
                                                          old_log_probs, cliprange)  # [B, T]
     if length_normalization == "masked_mean":
-        # The guard for empty responses: 0, not masked_mean's 0/0 = NaN (equal elsewhere).
-        per_sequence = masked_mean_or_zero(per_token, response_mask, dim=-1)  # [B]
+        per_sequence = masked_mean(per_token, response_mask, dim=-1)  # [B]; NaN for an empty response, as the course
     else:
         per_sequence = masked_normalize(per_token, response_mask, dim=-1, normalize_constant=normalize_constant)  # [B]
     loss = per_sequence.mean() / gradient_accumulation_steps  # []

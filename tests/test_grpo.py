@@ -184,9 +184,11 @@ def test_microbatch_length_normalization_example():
     torch.testing.assert_close(lp.grad, -mask.to(F64) / 7 / 2)
 
 
-def test_microbatch_reinforce_closed_form_gradient_and_empty_row():
+def test_microbatch_reinforce_closed_form_gradient():
+    """(An empty response makes this course function NaN, as the reference: see
+    test_microbatch_all_responses_empty_follows_the_reference for the loop's guard.)"""
     adv = torch.tensor([1.0, -2.0, 0.5], dtype=F64)
-    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])  # last response is empty
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 1, 0]])
     lp = torch.randn(3, 4, dtype=F64, requires_grad=True)
     loss, stats = grpo_microbatch_train_step(lp, mask, 4, "reinforce_with_baseline", advantages=adv)
     lengths = mask.sum(-1, keepdim=True).clamp(min=1)
@@ -255,6 +257,10 @@ def test_microbatch_gradcheck_float64_constant_normalization_and_empty_rows():
     for normalization in LENGTH_NORMALIZATIONS:
         assert torch.autograd.gradcheck(lambda lp: composed(lp, normalization), (log_probs,))
         probe = log_probs.detach().clone().requires_grad_()
+        if normalization == "masked_mean":  # the course function itself: NaN, as the reference's 0/0
+            loss, _ = grpo_microbatch_train_step(probe, mask, 2, "no_baseline", raw_rewards=raw)
+            assert math.isnan(loss.item())
+            continue
         loss, stats = grpo_microbatch_train_step(probe, mask, 2, "no_baseline", raw_rewards=raw,
                                                  length_normalization=normalization, normalize_constant=6.0)
         torch.testing.assert_close(loss, composed(log_probs, normalization).detach())
@@ -262,13 +268,22 @@ def test_microbatch_gradcheck_float64_constant_normalization_and_empty_rows():
         assert torch.isfinite(probe.grad).all() and not probe.grad[1].any()
 
 
-def test_microbatch_all_responses_empty_is_finite():
+def test_microbatch_all_responses_empty_follows_the_reference():
+    """The course function gives the reference's NaN; the loop's own assembly gives 0 and no gradient."""
+    from hw3lib.train_config import GRPOConfig
+    from hw3lib.train_step import microbatch_loss
+
     adv, log_probs, old = clip_example()
     mask = torch.zeros(2, 3, dtype=torch.bool)
     loss, stats = grpo_microbatch_train_step(log_probs, mask, 1, "grpo_clip", advantages=adv,
                                              old_log_probs=old, cliprange=0.2)
-    assert loss.item() == 0.0 and stats["clip_fraction"].item() == 0.0
-    assert torch.equal(log_probs.grad, torch.zeros_like(log_probs))
+    assert math.isnan(loss.item()) and stats["clip_fraction"].item() == 0.0
+    probe = log_probs.detach().clone().requires_grad_()
+    cfg = GRPOConfig(rollout_batch_size=2, group_size=2, train_batch_size=2, gradient_accumulation_steps=1,
+                     loss_type="grpo_clip")
+    guarded = microbatch_loss(probe, mask, cfg, raw_rewards=adv, advantages=adv, old_log_probs=old, tis_weights=None)
+    guarded.backward()
+    assert guarded.item() == 0.0 and torch.equal(probe.grad, torch.zeros_like(probe))
 
 
 def test_loss_table_is_the_one_source():
