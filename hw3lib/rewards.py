@@ -57,19 +57,16 @@ disabled (`parsing_timeout=None`, `timeout_seconds=None`) and we bound each chec
 
 - an answer longer than `MAX_ANSWER_CHARS` characters is non-equivalent (no sympy on huge
   input; scanning a response for tags and boxes is linear-time string search);
-- in the main thread of a POSIX process (the training loop, notebooks, and the main thread of
-  every multiprocessing worker) math-verify runs in-process under our own `setitimer` deadline
-  of `SYMBOLIC_TIMEOUT_S`, after one untimed warm-up call on a fixed input so the one-off import
-  cost never counts against a real answer. The deadline's exception derives from BaseException
-  so math-verify's `except Exception` cannot swallow it, and a timer the caller had set is
-  restored afterwards. (A signal interrupts Python code only; a single C call that never
-  returned would not be cut short, but sympy's slow paths are Python loops.)
-- in any other thread, the check goes to a lazily started persistent child process
-  (`python -c ...`, started with `subprocess`, so daemonic pool workers may use it too) that
-  runs math-verify under the same deadline in its own main thread; the caller waits on the pipe
-  (`select`, POSIX) with a margin and kills the child if it overruns; the next check starts a
-  new one. Calls from several threads are serialised by a lock; a forked process gets a fresh
-  verifier rather than its parent's pipes.
+- every symbolic check goes to a lazily started persistent child process (`python -c ...`,
+  started with `subprocess`, so daemonic pool workers may use it too) that runs math-verify under
+  our own `setitimer` deadline of `SYMBOLIC_TIMEOUT_S` in its own main thread (the deadline's
+  exception derives from BaseException so math-verify's `except Exception` cannot swallow it);
+  the caller waits on the pipe (`select`, POSIX) with a margin and kills the child if it
+  overruns; the next check starts a new one. A signal interrupts Python code only: a single C
+  call (sympy raising an integer to a huge power inside `2^{2^{2^{99}}}`) would hang an
+  in-process check -- and with it the training loop -- so the check is never run in the
+  caller's process. Calls from several threads are serialised by a lock; a forked process gets
+  a fresh verifier rather than its parent's pipes; the caller's own timers are never touched.
 
 Garbage never raises: None, empty, huge, unbalanced-brace and lone-surrogate inputs grade 0.
 Results of the symbolic stage are cached per (prediction, gold) pair, timeouts included.
@@ -392,32 +389,9 @@ def _call_with_deadline(seconds: float, func, *args) -> Any:
                 signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
 
 
-def _in_main_thread_with_alarms() -> bool:
-    return (os.name == "posix" and hasattr(signal, "setitimer")
-            and threading.current_thread() is threading.main_thread())
-
-
-_WARMED_UP = False
-
-
-def _checked_in_process(pred: str, gold: str, timeout_s: float) -> bool:
-    """math-verify under a deadline, in this (main) thread; a timeout grades as not equivalent."""
-    global _WARMED_UP
-    if not _WARMED_UP:  # imports and grammar set-up: slow once, on a fixed input that is known to be quick
-        _math_verify_equivalent("\\sqrt{4}", "2")
-        _WARMED_UP = True
-    try:
-        return _call_with_deadline(timeout_s, _math_verify_equivalent, pred, gold)
-    except _SymbolicTimeout:
-        logger.warning("math-verify took over %.1fs on %r vs %r; graded as not equivalent",
-                       timeout_s, pred[:80], gold[:80])
-        return False
-
-
 @functools.lru_cache(maxsize=65536)
 def _symbolic_equivalent(pred: str, gold: str) -> bool:
-    if _in_main_thread_with_alarms():
-        return _checked_in_process(pred, gold, SYMBOLIC_TIMEOUT_S)
+    """math-verify's verdict from the killable child process (see the module docstring)."""
     return _verifier_process().equivalent(pred, gold, SYMBOLIC_TIMEOUT_S)
 
 

@@ -239,26 +239,25 @@ def test_huge_formatted_response_is_graded_quickly_as_wrong():
     assert r1_zero_reward_fn(response, "18") == scores(0.0, 1.0, 0.0)
 
 
-def test_main_thread_deadline_stops_a_hung_check_and_restores_the_callers_timer(monkeypatch):
-    monkeypatch.setattr(rewards, "SYMBOLIC_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(rewards, "_WARMED_UP", True)  # the untimed warm-up would call the stub too
-    monkeypatch.setattr(rewards, "_math_verify_equivalent", lambda pred, gold: time.sleep(60) or True)
+def test_grading_leaves_the_callers_timer_alone():
+    """Symbolic checks run in the verifier child, so a caller's pending alarm is neither fired nor reset."""
     outer = signal.signal(signal.SIGALRM, lambda signum, frame: None)
     signal.setitimer(signal.ITIMER_REAL, 50.0)  # a caller's own pending alarm (say, a test timeout)
     try:
-        started = time.monotonic()
-        assert answers_equivalent("\\sqrt{4}", "2") is False
-        assert time.monotonic() - started < 30  # the 60 s sleep was cut short
+        assert answers_equivalent("\\sqrt{4}", "2") is True
         remaining, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 30 < remaining <= 50.0  # the caller's alarm is pending again
+        assert 30 < remaining <= 50.0
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer)
 
 
-def test_main_thread_deadline_on_a_real_pathological_answer(monkeypatch):
+def test_a_real_pathological_answer_is_bounded_in_the_main_thread(monkeypatch):
+    """sympy can hang in one C call on a power tower (a signal cannot stop it): the child is killed."""
     monkeypatch.setattr(rewards, "SYMBOLIC_TIMEOUT_S", 0.5)
+    started = time.monotonic()
     assert answers_equivalent(PATHOLOGICAL, "5") is False
+    assert time.monotonic() - started < 60
     assert answers_equivalent("\\sqrt{9}", "3") is True  # math-verify still works afterwards
 
 
