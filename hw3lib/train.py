@@ -128,7 +128,8 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
     wandb = WandbLink(cfg.wandb_project, run_dir, cfg.name, cfg.to_dict()) if cfg.wandb_project else None
     colocated = cfg.engine == "vllm" and torch.device(cfg.rollout_device) == torch.device(cfg.policy_device)
     group, device = cfg.group_size, cfg.policy_device
-    logged_rows = len(metrics_rows(run_dir))
+    rows_so_far = metrics_rows(run_dir)  # as the checkpoint restored them
+    logged_rows = len(rows_so_far)
 
     def log(row: dict) -> None:
         nonlocal logged_rows
@@ -156,7 +157,7 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
     try:
         # A validation that was due at the step we start from and is missing (a fresh run's step 0,
         # or one a Ctrl-C interrupted) is run first.
-        if validation_due(cfg, state["grpo_step"]) and not validation_logged(metrics_rows(run_dir), state["grpo_step"]):
+        if validation_due(cfg, state["grpo_step"]) and not validation_logged(rows_so_far, state["grpo_step"]):
             run_validation(state["grpo_step"])
             if state["grpo_step"] == cfg.n_grpo_steps:
                 save_checkpoint(run_dir, policy, tokenizer, optimizer, state, rng_state())
@@ -221,8 +222,9 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
             # they exist, else the rows of this batch's first optimizer step (the weights sampled them).
             mismatch = {"abs": 0.0, "tokens": 0.0, "max_ratio": 1.0}
             if old_log_probs is not None:
-                abs_sum, count, max_ratio = logprob_mismatch(old_log_probs, engine_log_probs, batch["response_mask"])
-                mismatch = {"abs": abs_sum.item(), "tokens": count.item(), "max_ratio": max_ratio.item()}
+                measured = torch.stack([t.float() for t in logprob_mismatch(old_log_probs, engine_log_probs,
+                                                                            batch["response_mask"])]).tolist()
+                mismatch = dict(zip(("abs", "tokens", "max_ratio"), measured))  # one host transfer
 
             # 5. Epochs over the rollout batch, in optimizer steps of train_batch_size rollouts.
             rows = []
@@ -340,9 +342,9 @@ def open_run(run_dir: Path, cfg: GRPOConfig, resume: bool, overwrite: bool) -> t
     saved = json.loads((checkpoint / "config.json").read_text())
     finished = (state["grpo_step"] == cfg.n_grpo_steps
                 and validation_logged(metrics_rows(run_dir), cfg.n_grpo_steps))
-    if not resume and not (finished and not config_differences(saved, cfg.to_dict())):
+    differing = config_differences(saved, cfg.to_dict())
+    if not resume and not (finished and not differing):
         why = f"checkpoint at GRPO step {state['grpo_step']} of {saved['n_grpo_steps']}"
-        differing = config_differences(saved, cfg.to_dict())
         raise refuse_existing(run_dir, why + (f"; settings differ: {', '.join(differing)}" if differing else ""))
     check_resumable(checkpoint, cfg.to_dict(), cfg.n_grpo_steps)
     if finished:
