@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
-import time
 from fractions import Fraction
 
 import pytest
