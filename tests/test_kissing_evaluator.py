@@ -18,7 +18,7 @@ STARTER_BODY = "\n".join([
     "    eye = 2 * np.eye(11, dtype=np.int64)",
     "    return np.vstack([eye, -eye])",
 ])
-KEYS = {"num_points", "dimension", "validity", "eval_time", "combined_score", "message", "status"}
+KEYS = {"num_points", "dimension", "validity", "eval_time", "combined_score", "message", "status", "sandbox"}
 
 
 @pytest.mark.parametrize("tail", [
@@ -28,7 +28,7 @@ KEYS = {"num_points", "dimension", "validity", "eval_time", "combined_score", "m
     "def run_code():\n    return [list(map(int, p)) for p in starter()], 11\n",
     "def get_centers():\n    return starter()\n",
     "points = starter().tolist()\n",
-    "points = starter().astype(float)\nif __name__ == '__main__':\n    raise SystemExit('main block must not run')\n",
+    "points = starter().tolist()\nif __name__ == '__main__':\n    raise SystemExit('main block must not run')\n",
     "def run_code():\n    return (list(p) for p in starter())\n",  # a generator of points
 ])
 def test_accepted_shapes_score_the_starter(tail):
@@ -80,6 +80,15 @@ def test_program_from_a_path_and_cwd_is_a_scratch_dir(tmp_path):
     ("open('big.bin', 'wb').write(bytes(65 * 2**20))\n", "exception", "File too large"),  # RLIMIT_FSIZE
     ("def run_code():\n    return {'points': [[2] + [0] * 10]}\n", "bad_points", "run_code() returned a dict"),
     ("def run_code():\n    return 'points'\n", "bad_points", "run_code() returned a str"),
+    # Booleans, floats and other objects are not integers on the result channel (exact types).
+    ("def run_code():\n    return [[2] + [0] * 10, [0, 1.5] + [0] * 9]\n", "bad_points",
+     "point 1, coordinate 1: 1.5 is a float, not an integer"),
+    ("import numpy as np\npoints = 2 * np.eye(11)\n", "bad_points", "point 0, coordinate 0: 2.0 is a float"),
+    ("def run_code():\n    return [[True] + [False] * 10]\n", "bad_points", "True is a boolean, not an integer"),
+    ("def run_code():\n    return [[2] + [0] * 9 + [object()]]\n", "bad_points", "is a string (not a number)"),
+    ("def run_code():\n    return [[2] + [0] * 10] * 10_001\n", "bad_points", "10001 points is more than the limit of 10,000"),
+    ("def run_code():\n    return [[2**200] + [0] * 10]\n", "bad_points", "has 201 bits; the limit is 128 bits"),
+    ("print('x' * 2**20 * 17)\n", "output", "printed more than 16 MiB"),
 ])
 def test_failures_give_zero_and_a_clear_message(source, status, needle):
     metrics = evaluate_program(source, timeout_s=2, memory_mb=400)
@@ -96,7 +105,6 @@ def test_traceback_points_at_the_program_line():
 
 @pytest.mark.parametrize("source, needle", [
     ("def run_code():\n    return [[1, 0], [0, 1]]\n", "dimension 2, expected 11"),
-    ("def run_code():\n    return [[2] + [0] * 10, [0, 1.5] + [0] * 9]\n", "point 1, coordinate 1: 1.5 is not an integer"),
     ("def run_code():\n    return ([[2] + [0] * 10, [0, 2] + [0] * 9], 12)\n", "declares dimension 12"),
     ("def run_code():\n    return [[1] + [0] * 10, [1, 1] + [0] * 9]\n", "min squared distance 1 (points 0 and 1)"),
 ])

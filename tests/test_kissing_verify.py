@@ -140,3 +140,33 @@ def test_uint64_values_above_int64_are_exact():
     pts = np.array([[2**63 + 5, 0], [0, 2**63 + 5]], dtype=np.uint64)
     res = verify(pts, dimension=2)
     assert res.valid and res.max_sq_norm == (2**63 + 5) ** 2
+
+
+def test_booleans_mixed_into_integer_lists_are_not_integers():
+    # np.array([[True, 0], [0, 2]]) would silently be the int64 matrix [[1, 0], [0, 2]].
+    result = verify([[2, 0], [0, True]], dimension=2)
+    assert not result.valid and result.offending_point == 1
+    assert result.message.startswith("point 1, coordinate 1: True is a boolean")
+    assert "boolean" in verify([(np.bool_(True), 0)], dimension=2).message
+
+
+@pytest.mark.parametrize("scale", [1, 10**8, 10**14])  # float64 BLAS, int64 and Python-int back ends
+def test_deadline_in_the_past_raises_and_a_far_one_changes_nothing(scale):
+    import time
+
+    from hw3lib.kissing.verify import VerificationTimeout
+
+    points = [[2 * scale, 0, 0], [0, 2 * scale, 0], [0, 0, 2 * scale], [-2 * scale, 0, 0]]
+    with pytest.raises(VerificationTimeout):
+        verify(points, dimension=3, deadline=time.monotonic() - 1)
+    assert verify(points, dimension=3, deadline=time.monotonic() + 60) == verify(points, dimension=3)
+
+
+def test_bigint_path_with_many_duplicates_stays_exact_and_chunked():
+    # 5,000 copies of one 60-bit point plus a distinct one: all ~12.5M pairs are screening
+    # candidates; the chunked exact pass must find the first duplicate pair (0, 1) at distance 0.
+    big = 2**60 + 7
+    points = [[big, 0, 0]] * 5000 + [[0, big, 0]]
+    assert min_squared_distance(np.array(points, dtype=object)) == (0, (0, 1))
+    result = verify(points, dimension=3)
+    assert not result.valid and result.offending_pair == (0, 1) and "identical" in result.message

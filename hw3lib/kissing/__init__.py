@@ -6,6 +6,7 @@ max_x ||x||^2; then tau_11 >= |C|. Modules:
 - `verify`: `verify(points, dimension=11) -> VerifyResult`, exact integer check (any int size).
 - `evaluator`: `evaluate_program(path_or_source, timeout_s, memory_mb) -> dict`, the course's
   metrics for a candidate program run in a limited subprocess.
+- `sandbox`: the bubblewrap sandbox (and the process fallback) `evaluator` runs programs in.
 - `independent_set`: `grow_independent_set(...)`, the graph-only iterated local search.
 - `constructions`: the starter (22 points), the D11 roots (220) and a code-based construction.
 - `search`: `local_search(...)`, a seeded, resumable local search that grows valid sets.
@@ -15,7 +16,7 @@ max_x ||x||^2; then tau_11 >= |C|. Modules:
 - `loops`: the LLM-guided discovery loops (agentic, Best-of-N, hybrid).
 - `cli`: the `hw3 kissing ...` commands.
 
-Imports point one way, from the bottom: verify, independent_set, replies, llm -> evaluator,
+Imports point one way, from the bottom: verify, sandbox, independent_set, replies, llm -> evaluator,
 constructions, report -> search -> loops -> cli (tests/test_imports.py checks there are no cycles).
 
 Note: importing this package binds `hw3lib.kissing.verify` to the *function*; import the

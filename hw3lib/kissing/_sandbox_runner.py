@@ -1,9 +1,12 @@
 """Child-process side of `hw3lib.kissing.evaluate_program` (stdlib only; run as a script).
 
-Usage: python _sandbox_runner.py PROGRAM.py RESULT.json MEMORY_MB CPU_SECONDS FILE_SIZE_BYTES
+Usage: python _sandbox_runner.py RESULT_FD PROGRAM.py MEMORY_MB CPU_SECONDS FILE_SIZE_BYTES MAX_PROCESSES
+                                  MAX_POINTS MAX_COORDINATE_BITS
 
-Sets its own resource limits (address space, CPU time, file size, no core dumps), disables sockets, executes PROGRAM.py as a module named ``candidate_program`` (so an
-``if __name__ == "__main__":`` block does not run), finds its points and writes RESULT.json:
+Sets its own resource limits (address space, CPU time, file size, processes, no core dumps),
+disables sockets, executes PROGRAM.py as a module named ``candidate_program`` (so an
+``if __name__ == "__main__":`` block does not run), finds its points and writes one JSON document
+to the pipe RESULT_FD that the parent opened (never a file: the program could replace a file):
 
     {"ok": true, "points": [[...], ...], "declared_dimension": 11 | null, "run_time": seconds}
     {"ok": false, "error": "what went wrong", "kind": "exception" | "exit" | "no_points" | ...}
@@ -12,9 +15,13 @@ Integers are written as JSON integers, so coordinates of any size arrive exactly
 program shapes: ``run_code()`` returning ``(points,)``, ``(points, d)`` or ``points``;
 ``get_centers()`` returning the same; or a global ``points``.
 
-This is not a security boundary against a hostile program (it runs in this interpreter and could
-undo the socket patch); the parent process adds the real limits (time, memory, CPU, file size,
-a throw-away working directory and, where permitted, an empty network namespace).
+More than MAX_POINTS points or a coordinate of more than MAX_COORDINATE_BITS bits is refused here
+already (kind "bad_points"), so a well-meant oversized answer gets a clear message instead of
+overflowing the pipe's cap.
+
+This is not a security boundary against a hostile program (it runs in this interpreter, can undo
+the socket patch and write to RESULT_FD itself); the parent treats the pipe's bytes as untrusted
+(size cap, schema check, exact verification) and `hw3lib.kissing.sandbox` provides the isolation.
 """
 
 import json
@@ -87,19 +94,37 @@ def find_points(namespace):
 MEMORY_MB = [0]  # the address-space limit, for messages
 
 
-def set_limits(memory_mb: int, cpu_seconds: int, file_size: int) -> None:
+def set_limits(memory_mb: int, cpu_seconds: int, file_size: int, max_processes: int) -> None:
     MEMORY_MB[0] = memory_mb
     memory = memory_mb * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))  # not binding for host root
 
 
-def main(program_path: str, result_path: str) -> int:
+def oversized(points, max_points: int, max_bits: int) -> str | None:
+    """Why `points` (already JSON-able) breaks the caps, or None."""
+    if len(points) > max_points:
+        return (f"{len(points)} points is more than the limit of {max_points:,}; return at most {max_points:,} points")
+    for i, row in enumerate(points):
+        for j, value in enumerate(row if isinstance(row, list) else ()):
+            if isinstance(value, int) and value.bit_length() > max_bits:
+                return (f"point {i}, coordinate {j} has {value.bit_length()} bits; the limit is {max_bits} bits "
+                        f"(|x| < 2^{max_bits}): use smaller integers")
+    return None
+
+
+def main(result_fd: int, program_path: str, max_points: int = 10_000, max_bits: int = 128) -> int:
+    os.set_inheritable(result_fd, False)  # programs that start processes do not hand them the pipe
+
     def finish(payload) -> int:
-        with open(result_path, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle)
+        data = json.dumps(payload).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(result_fd, view):]
+        os.close(result_fd)
         return 0 if payload.get("ok") else 1
 
     disable_network()
@@ -135,7 +160,12 @@ def main(program_path: str, result_path: str) -> int:
                            "return a list of integer lists or an integer numpy array [n, 11]"})
         points = list(points)  # a generator or other iterable of points
     try:
-        payload = {"ok": True, "points": to_jsonable(points), "declared_dimension": dimension, "run_time": run_time}
+        if len(points) <= max_points:  # an oversized answer is refused by its length, unconverted
+            points = to_jsonable(points)
+        too_big = oversized(points, max_points, max_bits)
+        if too_big:
+            return finish({"ok": False, "kind": "bad_points", "error": f"{origin}: {too_big}"})
+        payload = {"ok": True, "points": points, "declared_dimension": dimension, "run_time": run_time}
         return finish(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         return finish({"ok": False, "kind": "bad_points", "error": f"{origin} returned points that cannot be "
@@ -153,8 +183,8 @@ def _traceback_tail() -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 6:
+    if len(sys.argv) != 9:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    set_limits(int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    set_limits(*(int(a) for a in sys.argv[3:7]))
+    sys.exit(main(int(sys.argv[1]), sys.argv[2], int(sys.argv[7]), int(sys.argv[8])))

@@ -1,12 +1,13 @@
 """`hw3 kissing ...`: evaluate a program, verify a point set, run an LLM discovery loop.
 
-    hw3 kissing evaluate program.py [--timeout 60]
+    hw3 kissing evaluate program.py [--timeout 60] [--strict]
     hw3 kissing verify points.json
     hw3 kissing discover --loop agentic|best_of_n|hybrid --iterations K --out DIR [--replay file.json]
 
 `evaluate` and `verify` print the metrics as JSON and the evaluator's message; they exit 0 for
 invalid programs or sets (that is a result, not an error) and 2 with a clear message when the file
-is missing or unreadable. `discover` talks to $HW3_LLM_BASE_URL (see hw3lib.kissing.llm) or
+is missing or unreadable. `evaluate --strict` refuses (exit 2) to run without the bubblewrap
+sandbox instead of falling back to the weaker process sandbox (see hw3lib.kissing.sandbox). `discover` talks to $HW3_LLM_BASE_URL (see hw3lib.kissing.llm) or
 replays recorded replies with --replay.
 """
 
@@ -27,13 +28,18 @@ def _fail(message: str) -> None:
 
 def evaluate(program: Path = typer.Argument(..., help="Python file defining run_code() / get_centers() / points"),
              timeout: float = typer.Option(60.0, "--timeout", help="Wall-clock limit for the program (s)"),
-             memory_mb: int = typer.Option(2048, "--memory-mb", help="Address-space limit for the program (MiB)")):
+             memory_mb: int = typer.Option(2048, "--memory-mb", help="Address-space limit for the program (MiB)"),
+             strict: bool = typer.Option(False, "--strict", help="Refuse to run without the bubblewrap sandbox")):
     """Run a candidate program in the sandbox and print the course's metrics (JSON) and the message."""
     from hw3lib.kissing.evaluator import evaluate_program
+    from hw3lib.kissing.sandbox import SandboxUnavailable
 
     if not program.is_file():
         _fail(f"{program}: no such program file (give the path to a .py file)")
-    metrics = evaluate_program(program, timeout_s=timeout, memory_mb=memory_mb)
+    try:
+        metrics = evaluate_program(program, timeout_s=timeout, memory_mb=memory_mb, strict=strict)
+    except SandboxUnavailable as exc:
+        _fail(f"--strict: {exc}")
     message = metrics.pop("message")
     typer.echo(json.dumps(metrics, indent=2))
     typer.echo(message)

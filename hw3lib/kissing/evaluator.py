@@ -1,28 +1,36 @@
-"""Evaluate a candidate kissing program the way the course does, in a separate limited process.
+"""Evaluate a candidate kissing program the way the course does, isolated, and score it here exactly.
 
-`evaluate_program(path_or_source)` runs the program with `sys.executable` on the small script
-`_sandbox_runner.py`, reads back its points (JSON: integers arrive exactly, whatever their size)
-and checks them here with the exact `verify`. It returns the course's metrics
+`evaluate_program(path_or_source)` runs the program on the small script `_sandbox_runner.py`
+inside the sandbox of `hw3lib.kissing.sandbox` (bubblewrap: own user/PID/network/mount
+namespaces, read-only system, private size-capped tmpfs; or the process fallback, with a warning
+that lists what it does not isolate; `strict=True` refuses the fallback). It reads the points
+back through a pipe it opened (never a file the program could replace), size-capped and
+schema-checked, and checks them with the exact `verify` imported here from the installed package
+(the sandbox cannot write it). It returns the course's metrics
 
     {"num_points", "dimension", "validity" (1.0 / 0.0), "eval_time", "combined_score"}
 
 plus "message" (the verifier's verdict or the failure: timeout, memory, crash traceback tail,
-missing function) and "status" (one word for code that branches on it: "valid", "invalid",
-"timeout", "memory", "cpu", "crash", "exception", "exit", "no_points", "bad_points").
+missing function), "status" (one word for code that branches on it: "valid", "invalid",
+"timeout", "memory", "cpu", "crash", "exception", "exit", "no_points", "bad_points", "output")
+and "sandbox" ("bwrap" or "process"). A failure of the child is always a result with validity 0,
+never an exception or a hang.
 
-Limits on the child (each best effort, documented honestly):
-- wall-clock `timeout_s`: the whole process group is killed;
-- memory: RLIMIT_AS = `memory_mb` (virtual memory; MemoryError or a kill past it);
-- CPU: RLIMIT_CPU = timeout + 1 s; output files: RLIMIT_FSIZE = 64 MiB; no core dumps
-  (the runner sets these rlimits on itself before reading the program);
-- files: the working directory and HOME are a fresh temporary directory, removed afterwards.
-  The process runs as the same user, so it *can* still write elsewhere by absolute path; this
-  is a guard against accidents and runaway programs, not a security boundary;
-- network: `unshare --net` (a new, empty network namespace) when the kernel allows it (root or
-  user namespaces; see `network_isolation_available()`), and the runner replaces the `socket`
-  functions so they raise;
+Limits on the child:
+- wall-clock `timeout_s`: the sandbox is killed (bubblewrap: with every process it started);
+- memory: RLIMIT_AS = `memory_mb` per process; with bubblewrap as root also a memory cgroup;
+- CPU: RLIMIT_CPU = timeout + 1 s; files: RLIMIT_FSIZE = 64 MiB, and under bubblewrap the only
+  writable places are a 96 MiB /sandbox and a 16 MiB /tmp (tmpfs); no core dumps;
+- processes: RLIMIT_NPROC and, as root under bubblewrap, a pids cgroup (64);
+- output: more than 16 MiB printed kills the run (status "output");
 - environment: only PATH, HOME, LANG, PYTHONPATH (numpy's location) and single-threaded BLAS
   settings; nothing else (no tokens or keys) is inherited.
+
+Bounded verification: at most `max_points` points (default 10,000) with coordinates below
+2^`max_coordinate_bits` (128), Python/numpy integers only (booleans, floats, strings and other
+objects are refused by name), and the exact check must finish by the program's own deadline
+(start + `timeout_s`, at least VERIFY_FLOOR_S after the program returned) or the result is
+"timeout".
 """
 
 from __future__ import annotations
@@ -30,58 +38,80 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
-from functools import lru_cache
 from pathlib import Path
 
-from hw3lib.kissing.verify import verify
+from hw3lib.kissing.sandbox import (WORKDIR, child_env, network_isolation_available, resolve_mode, run_script,
+                                    warn_fallback)
+from hw3lib.kissing.verify import VerificationTimeout, verify
+
+__all__ = ["evaluate_program", "network_isolation_available"]
 
 RUNNER = Path(__file__).with_name("_sandbox_runner.py")
 FILE_SIZE_LIMIT = 64 * 2**20
-OUTPUT_TAIL = 1500  # characters of the program's stderr kept in error messages
+OUTPUT_LIMIT = 16 * 2**20  # bytes of stdout+stderr before the run is killed
+OUTPUT_TAIL = 1500  # characters of the program's output kept in error messages
+ERROR_LIMIT = 4000  # characters of a runner error message kept
+MAX_POINTS = 10_000
+MAX_COORDINATE_BITS = 128
+MAX_PROCESSES = 64
+VERIFY_FLOOR_S = 2.0  # verification always gets at least this long (capped by timeout_s)
+RUNNER_KINDS = ("exception", "exit", "memory", "no_points", "bad_points")  # failure kinds the runner may send
+RESULT_KEYS = {True: {"ok", "points", "declared_dimension", "run_time"}, False: {"ok", "kind", "error"}}
 
 
 def evaluate_program(path_or_source: str | os.PathLike, timeout_s: float = 60, memory_mb: int = 2048,
-                     dimension: int = 11, return_points: bool = False) -> dict:
-    """Run a candidate program in a limited subprocess and score its points; never raises for bad programs.
+                     dimension: int = 11, return_points: bool = False, *, strict: bool = False,
+                     sandbox: str = "auto", max_points: int = MAX_POINTS,
+                     max_coordinate_bits: int = MAX_COORDINATE_BITS) -> dict:
+    """Run a candidate program sandboxed and score its points; never raises for bad programs.
 
     path_or_source: a path to a .py file (str or Path) or the program's source text.
     timeout_s: wall-clock limit for the whole run. memory_mb: address-space limit of the child.
     dimension: the dimension a valid set must have (11 for the course's problem).
     return_points: also return the program's points under "points" (when it produced any), so
     callers that post-process them (the hybrid loop's local search) need not run it twice.
+    strict: refuse (SandboxUnavailable) instead of falling back when bubblewrap cannot run.
+    sandbox: "auto" (bubblewrap when it works, else the fallback with a SandboxWarning; the
+    environment variable HW3_KISSING_SANDBOX can set it), "bwrap" or "process".
+    max_points, max_coordinate_bits: caps on the answer, each refused with a message naming it.
     """
     start = time.perf_counter()
+    deadline = time.monotonic() + timeout_s
     source = _read_source(path_or_source)
-    workdir = Path(tempfile.mkdtemp(prefix="kissing_eval_"))
-    try:
-        outcome = _run_in_sandbox(source, workdir, timeout_s, memory_mb)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    mode = resolve_mode(sandbox, strict)
+    if mode == "process":
+        warn_fallback()
+    outcome = _run_in_sandbox(source, mode, timeout_s, memory_mb, max_points, max_coordinate_bits)
     if not outcome.get("ok"):
-        return _metrics(0, 0, False, start, outcome["error"], outcome["kind"])
+        return _metrics(0, 0, False, start, outcome["error"], outcome["kind"], mode)
 
     points = outcome["points"]
-    declared = outcome.get("declared_dimension")
-    result = verify(points, dimension=dimension)
+    declared = outcome["declared_dimension"]
+    verify_deadline = max(deadline, time.monotonic() + min(timeout_s, VERIFY_FLOOR_S))
+    try:
+        result = verify(points, dimension=dimension, deadline=verify_deadline)
+    except VerificationTimeout:
+        return _metrics(0, 0, False, start, f"timeout: verifying the {len(points)} returned points did not finish "
+                        f"within the time limit ({timeout_s:g} s in all); return fewer points or finish sooner",
+                        "timeout", mode)
     message = result.message
     valid = result.valid
     if valid and declared is not None and declared != result.dimension:
         valid = False
         message = f"the program declares dimension {declared} but its points have dimension {result.dimension}"
-    metrics = _metrics(result.num_points, result.dimension or 0, valid, start, message, "valid" if valid else "invalid")
+    metrics = _metrics(result.num_points, result.dimension or 0, valid, start, message,
+                       "valid" if valid else "invalid", mode)
     if return_points:
         metrics["points"] = points
     return metrics
 
 
-def _metrics(num_points: int, dimension: int, valid: bool, start: float, message: str, status: str) -> dict:
+def _metrics(num_points: int, dimension: int, valid: bool, start: float, message: str, status: str,
+             sandbox: str) -> dict:
     return {
         "num_points": int(num_points),
         "dimension": int(dimension),
@@ -90,6 +120,7 @@ def _metrics(num_points: int, dimension: int, valid: bool, start: float, message
         "combined_score": float(num_points) if valid else 0.0,
         "message": message,
         "status": status,
+        "sandbox": sandbox,
     }
 
 
@@ -110,45 +141,51 @@ def _read_source(path_or_source: str | os.PathLike) -> str:
     return path_or_source
 
 
-def _run_in_sandbox(source: str, workdir: Path, timeout_s: float, memory_mb: int) -> dict:
-    """Run the runner on `source` inside `workdir`; return its JSON payload or an error payload."""
-    program_dir = workdir / "program"  # the program's cwd and HOME
-    program_dir.mkdir()
-    program = program_dir / "program.py"
-    program.write_text(source, encoding="utf-8")
-    result_path = workdir / "result.json"
-    stderr_path = workdir / "stderr.txt"
+def _run_in_sandbox(source: str, mode: str, timeout_s: float, memory_mb: int, max_points: int,
+                    max_bits: int) -> dict:
+    """Run the runner on `source`; return the checked payload or {"ok": False, "kind", "error"}."""
     cpu_seconds = max(1, math.ceil(timeout_s) + 1)
-    # The runner sets its own rlimits first thing: a preexec_fn is not safe in a parent that
-    # has threads (torch, vLLM, a notebook kernel), and `unshare -n` execs into the runner.
-    command = [sys.executable, "-B", str(RUNNER), str(program), str(result_path),
-               str(memory_mb), str(cpu_seconds), str(FILE_SIZE_LIMIT)]
-    if network_isolation_available():
-        command = [shutil.which("unshare"), "--net", *command]
-    with open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(command, cwd=program_dir, env=_clean_env(program_dir), stdin=subprocess.DEVNULL,
-                                   stdout=stderr, stderr=stderr, start_new_session=True)
+    limits = [str(memory_mb), str(cpu_seconds), str(FILE_SIZE_LIMIT), str(MAX_PROCESSES), str(max_points), str(max_bits)]
+    # Generous for the caps: every coordinate at max_bits (~0.3 digits per bit) plus separators.
+    result_cap = max_points * 64 * (max_bits * 3 // 10 + 4) + 2**20
+    cgroup_bytes = memory_mb * 2**20 + 2 * FILE_SIZE_LIMIT + 2**28  # the process, its tmpfs files, slack
+    if mode == "bwrap":
+        run = run_script(RUNNER, [f"{WORKDIR}/program.py", *limits], mode=mode, timeout_s=timeout_s,
+                         env=child_env(WORKDIR), program_source=source, result_cap=result_cap,
+                         output_cap=OUTPUT_LIMIT, memory_bytes=cgroup_bytes)
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="kissing_eval_"))
         try:
-            returncode = process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            return {"ok": False, "kind": "timeout",
-                    "error": f"timeout: the program ran longer than {timeout_s:g} s and was killed; make it faster"}
+            program_dir = workdir / "program"  # the program's cwd and HOME
+            program_dir.mkdir()
+            program = program_dir / "program.py"
+            program.write_text(source, encoding="utf-8")
+            run = run_script(RUNNER, [str(program), *limits], mode=mode, timeout_s=timeout_s,
+                             env=child_env(str(program_dir)), cwd=program_dir, result_cap=result_cap,
+                             output_cap=OUTPUT_LIMIT)
         finally:
-            _kill_group(process)  # no grandchildren left behind
-    if result_path.is_file():
-        try:
-            return json.loads(result_path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):  # torn file, or ints beyond Python's 4300-digit parse limit
-            pass
-    tail = _tail(stderr_path)
-    if returncode == -signal.SIGXCPU or (returncode == -signal.SIGKILL and "MemoryError" not in tail):
-        kind, why = ("cpu", f"CPU time limit ({cpu_seconds} s) exceeded") if returncode == -signal.SIGXCPU else (
-            "crash", "the program was killed (SIGKILL), most likely for using too much memory")
+            shutil.rmtree(workdir, ignore_errors=True)
+    tail = run.output_tail.decode("utf-8", errors="replace").strip()[-OUTPUT_TAIL:]
+    if run.timed_out:
+        return {"ok": False, "kind": "timeout",
+                "error": f"timeout: the program ran longer than {timeout_s:g} s and was killed; make it faster"}
+    if run.output_overflow:
+        return {"ok": False, "kind": "output", "error": f"the program printed more than {OUTPUT_LIMIT // 2**20} MiB "
+                "and was killed; print less (a summary, not every step)"}
+    if run.result_overflow:
+        return {"ok": False, "kind": "bad_points", "error": f"the result sent back is larger than {result_cap:,} "
+                f"bytes (at most {max_points:,} points of {max_bits}-bit integers fit); return fewer or smaller points"}
+    if run.result:
+        return parse_result(run.result, max_points, max_bits)
+    returncode = run.returncode if run.returncode is not None else -signal.SIGKILL
+    if returncode == -signal.SIGXCPU:
+        kind, why = "cpu", f"CPU time limit ({cpu_seconds} s) exceeded"
     elif "MemoryError" in tail:
         kind, why = "memory", f"the program exceeded the memory limit ({memory_mb} MiB)"
+    elif returncode == -signal.SIGKILL:
+        kind, why = "crash", "the program was killed (SIGKILL), most likely for using too much memory"
     elif returncode == -signal.SIGXFSZ:
-        kind, why = "crash", f"the program wrote a file larger than {FILE_SIZE_LIMIT // 2**20} MiB (output or points) and was killed"
+        kind, why = "crash", f"the program wrote a file larger than {FILE_SIZE_LIMIT // 2**20} MiB and was killed"
     elif returncode < 0:
         kind, why = "crash", f"the program died from signal {signal.Signals(-returncode).name}"
     else:
@@ -156,47 +193,53 @@ def _run_in_sandbox(source: str, workdir: Path, timeout_s: float, memory_mb: int
     return {"ok": False, "kind": kind, "error": why + (f"; its output ends with:\n{tail}" if tail else "")}
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def parse_result(data: bytes, max_points: int = MAX_POINTS, max_bits: int = MAX_COORDINATE_BITS) -> dict:
+    """Decode and schema-check the result pipe's bytes (untrusted: the program can write them).
+
+    Returns {"ok": True, "points": [[int]], "declared_dimension": int | None} or
+    {"ok": False, "kind": ..., "error": ...}; never raises.
+    """
+    def bad(why: str) -> dict:
+        return {"ok": False, "kind": "bad_points", "error": f"the result sent back is malformed: {why}"}
+
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
+        payload = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # torn, forged, too deep, ints past 4300 digits
+        return bad(f"not one JSON document ({type(exc).__name__}: {str(exc)[:200]})")
+    if not isinstance(payload, dict) or type(payload.get("ok")) is not bool:
+        return bad('expected an object with a boolean "ok"')
+    expected = RESULT_KEYS[payload["ok"]]
+    if set(payload) != expected:
+        return bad(f"keys {sorted(map(str, payload))}, expected {sorted(expected)}")
+    if not payload["ok"]:
+        if payload["kind"] not in RUNNER_KINDS or not isinstance(payload["error"], str):
+            return bad(f"unknown failure kind {str(payload['kind'])[:40]!r} or a non-text error")
+        return {"ok": False, "kind": payload["kind"], "error": payload["error"][-ERROR_LIMIT:]}
+    declared = payload["declared_dimension"]
+    if declared is not None and type(declared) is not int:
+        return bad(f"the declared dimension is a {type(declared).__name__}, not an integer")
+    problem = check_points(payload["points"], max_points, max_bits)
+    if problem:
+        return {"ok": False, "kind": "bad_points", "error": problem}
+    return {"ok": True, "points": payload["points"], "declared_dimension": declared}
 
 
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()[-OUTPUT_TAIL:]
-    except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace").strip()
-
-
-def _clean_env(home: Path) -> dict:
-    """Only what the child needs: no inherited tokens, keys or proxies."""
-    import numpy
-
-    numpy_parent = str(Path(numpy.__file__).resolve().parent.parent)
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(home),
-        "TMPDIR": str(home),
-        "LANG": "C.UTF-8",
-        "PYTHONPATH": numpy_parent,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
-@lru_cache(maxsize=1)
-def network_isolation_available() -> bool:
-    """Whether `unshare --net` works here (root, or unprivileged user namespaces); probed once."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return False
-    try:
-        return subprocess.run([unshare, "--net", "true"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def check_points(points, max_points: int = MAX_POINTS, max_bits: int = MAX_COORDINATE_BITS) -> str | None:
+    """Why decoded points are not a list of at most `max_points` lists of bounded ints, or None."""
+    if not isinstance(points, list):
+        return f"the points are a {type(points).__name__}; return a list of integer lists or an integer numpy array"
+    if len(points) > max_points:
+        return f"{len(points)} points is more than the limit of {max_points:,}; return at most {max_points:,} points"
+    for i, row in enumerate(points):
+        if not isinstance(row, list):
+            return f"point {i} is a {type(row).__name__}, not a vector of integers"
+        for j, value in enumerate(row):
+            if type(value) is not int:  # bool is a subclass of int: refused here by the exact type
+                what = {bool: "a boolean", float: "a float", str: "a string (not a number)"}.get(type(value),
+                                                                                               type(value).__name__)
+                return (f"point {i}, coordinate {j}: {str(value)[:40]} is {what}, not an integer; coordinates must be "
+                        "Python ints or a numpy integer array (e.g. np.asarray(points, dtype=np.int64))")
+            if value.bit_length() > max_bits:
+                return (f"point {i}, coordinate {j} has {value.bit_length()} bits; the limit is {max_bits} bits "
+                        f"(|x| < 2^{max_bits}): use smaller integers")
+    return None

@@ -39,6 +39,7 @@ from typing import Any
 
 from hw3lib.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from hw3lib.kissing.evaluator import evaluate_program
+from hw3lib.kissing.sandbox import bwrap_available
 from hw3lib.kissing.llm import ChatReply, Responder
 # NO_CODE_MESSAGE, extract_python_code and strip_thinking stay importable from here (tests, older code).
 from hw3lib.kissing.replies import NO_CODE_MESSAGE, Extraction, extract_python_code, strip_thinking  # noqa: F401
@@ -184,7 +185,9 @@ def _evaluate_reply(recorder: RunRecorder, iteration: int, reply: ChatReply, *, 
             error += " (Your reply hit the max_tokens limit: think less and write the program sooner.)"
         return extraction, None, _no_code_evaluation(error)
     path = recorder.write_candidate(iteration, extraction.code)
-    evaluation = evaluate_program(path, timeout_s=timeout_s, memory_mb=memory_mb, return_points=True)
+    # strict where bubblewrap works: a sandbox that breaks mid-run must not silently fall back
+    evaluation = evaluate_program(path, timeout_s=timeout_s, memory_mb=memory_mb, return_points=True,
+                                  strict=bwrap_available())
     points = evaluation.pop("points", None)
     if evaluation["validity"] and points is not None:
         # kept for the hybrid loop's local search, which starts from the program's own output

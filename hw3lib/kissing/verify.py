@@ -22,13 +22,19 @@ overlapping, so the kissing number tau_d >= |C|. Everything here is exact intege
       recomputed exactly with Python ints (see `_bigint_min`).
 
 Duplicated points, the zero vector, ragged or empty input and a wrong dimension are reported as
-invalid with a message a person (or an LLM) can act on.
+invalid with a message a person (or an LLM) can act on. Booleans (Python or numpy) are never
+integers, even mixed into integer lists.
+
+`verify(points, deadline=t)` bounds the time: the conversion and every distance block check the
+clock (`time.monotonic()`) and raise `VerificationTimeout` once it passes `t`, so a caller that
+verifies untrusted points (the program evaluator) is never held up longer than one block.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +42,16 @@ import numpy as np
 FLOAT_EXACT_LIMIT = 2**53  # float64 holds every integer of magnitude <= 2^53 exactly
 INT64_SAFE_LIMIT = 2**62  # headroom below 2^63 for the int64 back end
 BLOCK_ELEMENTS = 1 << 20  # ~1M distances per block: 8 MiB of float64/int64, cache friendly
+EXACT_PAIRS_CHUNK = 1 << 14  # candidate pairs recomputed with Python ints at a time (bounded memory)
+
+
+class VerificationTimeout(TimeoutError):
+    """Raised by `verify(..., deadline=...)` when the clock passes the deadline before a verdict."""
+
+
+def _check_clock(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise VerificationTimeout("verification ran past its deadline")
 
 
 @dataclass(frozen=True)
@@ -83,17 +99,18 @@ class InputError(Exception):
         self.dimension = dimension
 
 
-def verify(points, dimension: int | None = 11) -> VerifyResult:
+def verify(points, dimension: int | None = 11, deadline: float | None = None) -> VerifyResult:
     """Check a candidate kissing configuration exactly; never raises on bad points.
 
     points: anything array-like of shape [n, d]: a list/tuple of lists/tuples, or a numpy array
         of int, float or object dtype; entries may be Python ints of any size.
     dimension: the required d (11 for the course's problem); None accepts any dimension.
+    deadline: a `time.monotonic()` value; past it, `VerificationTimeout` is raised (None: no limit).
     """
     if dimension is not None and (not isinstance(dimension, numbers.Integral) or dimension < 1):
         raise ValueError(f"verify(dimension=...) must be a positive int or None, got {dimension!r}")
     try:
-        matrix = to_integer_matrix(points)  # [n, d] int64 or object (Python ints)
+        matrix = to_integer_matrix(points, deadline)  # [n, d] int64 or object (Python ints)
     except InputError as exc:
         return VerifyResult(False, exc.num_points, exc.dimension, None, None, None, exc.point, str(exc))
     n, d = matrix.shape
@@ -101,7 +118,9 @@ def verify(points, dimension: int | None = 11) -> VerifyResult:
         return VerifyResult(False, n, d, None, None, None, None,
                             f"points have dimension {d}, expected {dimension}: every point needs exactly {dimension} integer coordinates")
 
+    _check_clock(deadline)
     sq_norms = _squared_norms(matrix)  # [n] int64 or object
+    _check_clock(deadline)
     zero = np.flatnonzero(sq_norms == 0)
     if zero.size:
         i = int(zero[0])
@@ -113,7 +132,7 @@ def verify(points, dimension: int | None = 11) -> VerifyResult:
         return VerifyResult(True, 1, d, None, max_sq_norm, None, None,
                             f"valid: 1 point in dimension {d} (max squared norm {max_sq_norm})", None, longest)
 
-    min_sq_distance, (i, j) = min_squared_distance(matrix, sq_norms)
+    min_sq_distance, (i, j) = min_squared_distance(matrix, sq_norms, deadline)
     closest = (i, j)
     if min_sq_distance == 0:
         return VerifyResult(False, n, d, 0, max_sq_norm, closest, j,
@@ -133,7 +152,7 @@ def verify(points, dimension: int | None = 11) -> VerifyResult:
 # Input conversion
 
 
-def to_integer_matrix(points) -> np.ndarray:
+def to_integer_matrix(points, deadline: float | None = None) -> np.ndarray:
     """Convert `points` to an exact integer matrix [n, d]: int64 when every entry fits, else object.
 
     Raises InputError (message names the point and coordinate) for anything not exactly an integer.
@@ -150,6 +169,7 @@ def to_integer_matrix(points) -> np.ndarray:
         if not points:
             raise InputError("no points given: the set must contain at least one nonzero integer vector")
         lengths = [_row_length(row, i) for i, row in enumerate(points)]
+        _reject_booleans(points)  # np.array would silently turn True/False into 1/0
         if len(set(lengths)) > 1:
             first = lengths[0]
             bad = next(i for i, length in enumerate(lengths) if length != first)
@@ -185,10 +205,20 @@ def to_integer_matrix(points) -> np.ndarray:
     if kind == "f":
         return _floats_to_ints(array)
     if kind == "O":
-        return _object_to_ints(array)
+        return _object_to_ints(array, deadline)
     if kind == "b":
         raise InputError("point 0, coordinate 0: points are booleans; give integer coordinates", 0, n, d)
-    return _object_to_ints(array.astype(object))  # strings, complex, ...: names the first bad entry
+    return _object_to_ints(array.astype(object), deadline)  # strings, complex, ...: names the first bad entry
+
+
+def _reject_booleans(points: list) -> None:
+    """Name the first boolean entry in list/tuple rows (numpy rows of dtype bool are caught later)."""
+    for i, row in enumerate(points):
+        if isinstance(row, (list, tuple)):
+            for j, value in enumerate(row):
+                if isinstance(value, (bool, np.bool_)):
+                    raise InputError(f"point {i}, coordinate {j}: {value!r} is a boolean, not an integer",
+                                     i, len(points), len(row))
 
 
 def _row_length(row, index: int) -> int:
@@ -210,12 +240,14 @@ def _floats_to_ints(array: np.ndarray) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _object_to_ints(array: np.ndarray) -> np.ndarray:
+def _object_to_ints(array: np.ndarray, deadline: float | None = None) -> np.ndarray:
     """Entry-by-entry conversion of an object array to Python ints (exact), int64 when all fit."""
     n, d = array.shape
     out = np.empty((n, d), dtype=object)
     largest = 0
     for i in range(n):
+        if i % 1024 == 0:
+            _check_clock(deadline)
         for j in range(d):
             value = array[i, j]
             out[i, j] = exact = _exact_int(value, i, j, n, d)
@@ -270,8 +302,12 @@ def _max_abs(matrix: np.ndarray) -> int:
     return max(abs(int(matrix.max())), abs(int(matrix.min())))
 
 
-def min_squared_distance(matrix: np.ndarray, sq_norms: np.ndarray | None = None) -> tuple[int, tuple[int, int]]:
-    """Exact min over i < j of ||x_i - x_j||^2 and a pair (i, j) attaining it (needs n >= 2)."""
+def min_squared_distance(matrix: np.ndarray, sq_norms: np.ndarray | None = None,
+                         deadline: float | None = None) -> tuple[int, tuple[int, int]]:
+    """Exact min over i < j of ||x_i - x_j||^2 and a pair (i, j) attaining it (needs n >= 2).
+
+    deadline: a `time.monotonic()` value checked between blocks (VerificationTimeout past it).
+    """
     n, d = matrix.shape
     if n < 2:
         raise ValueError("min_squared_distance needs at least 2 points")
@@ -279,10 +315,10 @@ def min_squared_distance(matrix: np.ndarray, sq_norms: np.ndarray | None = None)
     if sq_norms is None:
         sq_norms = _squared_norms(matrix)
     if bound <= FLOAT_EXACT_LIMIT:
-        return _blocked_min(matrix.astype(np.float64), sq_norms.astype(np.float64))
+        return _blocked_min(matrix.astype(np.float64), sq_norms.astype(np.float64), deadline)
     if bound < INT64_SAFE_LIMIT:
-        return _blocked_min(matrix.astype(np.int64), sq_norms.astype(np.int64))
-    return _bigint_min(matrix.astype(object))
+        return _blocked_min(matrix.astype(np.int64), sq_norms.astype(np.int64), deadline)
+    return _bigint_min(matrix.astype(object), deadline)
 
 
 def _distance_blocks(matrix: np.ndarray, sq_norms: np.ndarray):
@@ -308,40 +344,50 @@ def _distance_blocks(matrix: np.ndarray, sq_norms: np.ndarray):
         yield start, dist
 
 
-def _blocked_min(matrix: np.ndarray, sq_norms: np.ndarray) -> tuple[int, tuple[int, int]]:
+def _blocked_min(matrix: np.ndarray, sq_norms: np.ndarray, deadline: float | None = None) -> tuple[int, tuple[int, int]]:
     """Min over pairs i < j, block by block; returns (value, (i, j))."""
     best, best_pair = None, (0, 1)
     for start, dist in _distance_blocks(matrix, sq_norms):
+        _check_clock(deadline)
         r, c = divmod(int(np.argmin(dist)), dist.shape[1])
         if best is None or dist[r, c] < best:
             best, best_pair = dist[r, c], (start + r, start + c)
     return int(best), best_pair
 
 
-def _bigint_min(matrix: np.ndarray) -> tuple[int, tuple[int, int]]:
+def _bigint_min(matrix: np.ndarray, deadline: float | None = None) -> tuple[int, tuple[int, int]]:
     """Exact min for coordinates beyond the int64 range: float64 screening, then Python ints.
 
     Coordinates divided by the largest one M are floats in [-1, 1] (int / int rounds correctly,
     even for huge ints); distances from them are off by far less than TOL (about 3e-13 for
     d = 11: a few d^2 float64 roundings). Every pair whose screened distance is within 2 TOL of
-    the screened minimum -- which includes every exact minimiser -- is then recomputed exactly.
+    the screened minimum -- which includes every exact minimiser -- is then recomputed exactly,
+    EXACT_PAIRS_CHUNK pairs at a time (many near-ties, e.g. thousands of duplicates, must not
+    build one huge object array). Pairs come in (i, j) order and only a strictly smaller value
+    replaces the best, so the first minimising pair is returned; an exact 0 cannot be beaten.
     """
     n, d = matrix.shape
     largest = max(abs(int(v)) for v in matrix.flat)
     scaled = np.array([[int(v) / largest for v in row] for row in matrix], dtype=np.float64)  # [n, d] in [-1, 1]
+    scaled_norms = np.einsum("ij,ij->i", scaled, scaled)  # [n]
     tol = 64 * d * d * np.finfo(np.float64).eps
-    screened_min = min(float(dist.min()) for _, dist in _distance_blocks(scaled, np.einsum("ij,ij->i", scaled, scaled)))
-    firsts, seconds = [], []
-    for start, dist in _distance_blocks(scaled, np.einsum("ij,ij->i", scaled, scaled)):
-        r, c = np.nonzero(dist <= screened_min + 2 * tol)
-        firsts.append(start + r)
-        seconds.append(start + c)
-    first, second = np.concatenate(firsts), np.concatenate(seconds)  # [m] candidate pairs, first < second
-    order = np.lexsort((second, first))
-    first, second = first[order], second[order]
+    screened_min = np.inf
+    for _, dist in _distance_blocks(scaled, scaled_norms):
+        _check_clock(deadline)
+        screened_min = min(screened_min, float(dist.min()))
     exact = matrix.astype(object)
-    diff = exact[first] - exact[second]  # [m, d] Python ints
-    values = (diff * diff).sum(axis=1)  # [m] exact squared distances
-    k = int(np.argmin(values))
-    best, best_pair = int(values[k]), (int(first[k]), int(second[k]))
+    best, best_pair = None, (0, 1)
+    for start, dist in _distance_blocks(scaled, scaled_norms):
+        r, c = np.nonzero(dist <= screened_min + 2 * tol)  # row-major: (i, j) ascending
+        first, second = start + r, start + c  # [m] candidate pairs, first < second
+        for lo in range(0, len(first), EXACT_PAIRS_CHUNK):
+            _check_clock(deadline)
+            f, g = first[lo:lo + EXACT_PAIRS_CHUNK], second[lo:lo + EXACT_PAIRS_CHUNK]
+            diff = exact[f] - exact[g]  # [m', d] Python ints
+            values = (diff * diff).sum(axis=1)  # [m'] exact squared distances
+            k = int(np.argmin(values))
+            if best is None or values[k] < best:
+                best, best_pair = int(values[k]), (int(f[k]), int(g[k]))
+            if best == 0:
+                return best, best_pair
     return best, best_pair
