@@ -1,4 +1,5 @@
-"""The `hw3` command line: `hw3 eval ...`, `hw3 train ...`, `hw3 kissing ...`.
+"""The `hw3` command line: `hw3 eval ...`, `hw3 train ...`, `hw3 sft ...`, `hw3 expert-iteration ...`,
+`hw3 kissing ...`, `hw3 keyword ...`, `hw3 sweep ...`.
 
 Each sub-command is a thin wrapper over a library function; sub-apps live next to the code they
 drive and are registered here.
@@ -17,7 +18,9 @@ def _register() -> None:
     import importlib
 
     for module_name, name in (("hw3lib.evaluation_cli", "eval"), ("hw3lib.train_cli", "train"),
-                              ("hw3lib.kissing.cli", "kissing")):
+                              ("hw3lib.sft_cli", "sft"), ("hw3lib.kissing.cli", "kissing"),
+                              ("hw3lib.keyword_cli", "keyword"),
+                              ("hw3lib.sweep_cli", "sweep")):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

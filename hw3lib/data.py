@@ -11,7 +11,8 @@
   / `boxed_content`). It also accepts `{"question", "gold"}` records. Evaluation scores these
   records; `load_questions` turns them into training records.
 - `load_task(cfg)`: a GRPO run's (training, held-out) records `{"question", "gold", "answer"}` for
-  `gsm8k`, `arithmetic` or any MATH source (one loader, `load_math`, for evaluation and training).
+  `gsm8k`, `arithmetic` or any MATH source (one loader, `load_math`, for evaluation and training),
+  and keyword inclusion (`keyword` or a keyword dataset folder; hw3lib.keyword).
 - `load_prompt(name)` / `format_prompt(template_or_name, question)`: the prompt templates shipped
   in `hw3lib/prompts/` (`r1_zero`, `question_only`); `{question}` is substituted with
   `str.replace`, so braces inside questions (LaTeX) are safe.
@@ -247,7 +248,14 @@ def load_task(cfg: Any) -> tuple[list[dict], list[dict]]:
 
     `eval_dataset`, when set, replaces the held-out set: any MATH source, read with `load_math`
     (split `test`). At most `n_train_examples` / `n_eval_examples` records are used, in file order.
+
+    `keyword` or a keyword dataset folder (train.jsonl / validation.jsonl / dataset.json): keyword
+    inclusion records, `gold` the list of keywords (`hw3lib.keyword_data.load_keyword_task`).
     """
+    from hw3lib.keyword_data import is_keyword_folder, load_keyword_task
+
+    if cfg.dataset == "keyword" or is_keyword_folder(cfg.dataset):
+        return load_keyword_task(cfg)
     dataset, eval_dataset = cfg.dataset, cfg.eval_dataset
     n_train, n_eval = cfg.n_train_examples, cfg.n_eval_examples
     if dataset == "gsm8k":

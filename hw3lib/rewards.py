@@ -191,6 +191,21 @@ def keyword_inclusion_reward_fn(response: str, keywords: str | Iterable[str]) ->
     return {"reward": float(found), "format_reward": 1.0, "answer_reward": float(found)}
 
 
+def keyword_sentence_reward_fn(response: str, keywords: str | Iterable[str]) -> dict[str, float]:
+    """The keyword task's reward: `keyword_inclusion_reward_fn` (answer) for a response that is one sentence (format).
+
+    format_reward = 1 iff the response is a single sentence: non-empty, ending with `.`, `!` or `?`
+    and holding no other one. reward = format x answer. Why the format part: with inclusion alone,
+    GRPO on the small model learns run-on word lists ("I cup and the busy house and the cup and
+    the") that hit the token budget and happen to contain the keywords -- the task asks for a
+    sentence, and a cut-off list is not one.
+    """
+    answer = keyword_inclusion_reward_fn(response, keywords)["answer_reward"]
+    text = response.strip() if isinstance(response, str) else ""
+    sentence = float(bool(text) and text[-1] in ".!?" and not any(mark in text[:-1] for mark in ".!?\n"))
+    return {"reward": sentence * answer, "format_reward": sentence, "answer_reward": answer}
+
+
 # ---- equivalence: stage 1, exact plain numbers --------------------------------------------------
 
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))

