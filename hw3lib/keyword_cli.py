@@ -62,14 +62,9 @@ def train_command(
     from hw3lib.keyword import KeywordSFT, prepare_keyword_run
     from hw3lib.runs import RunExistsError
     from hw3lib.train import train
-    from hw3lib.train_cli import _parse_value
+    from hw3lib.train_cli import overrides_from
 
-    overrides = {key: value for key, value in {"n_grpo_steps": steps, "name": name}.items() if value is not None}
-    for item in set_ or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
-        overrides[key.strip()] = _parse_value(text)
+    overrides = overrides_from(set_, n_grpo_steps=steps, name=name)
     try:
         cfg = prepare_keyword_run(profile, data, KeywordSFT(steps=sft_steps), **overrides)
         result = train(cfg, resume=resume, overwrite=overwrite)

@@ -21,21 +21,7 @@ from typing import Optional
 
 import typer
 
-from hw3lib.train_cli import _parse_value
-
-
-def _build(cls, profile: Optional[str], set_: Optional[list[str]], **options):
-    """`cls.for_profile(profile)` with the given options (None: not given) and `--set KEY=VALUE` items."""
-    overrides = {key: value for key, value in options.items() if value is not None}
-    for item in set_ or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
-        overrides[key.strip()] = _parse_value(text)
-    try:
-        return cls.for_profile(profile, **overrides)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+from hw3lib.train_cli import config_from_profile
 
 
 def _run(function, cfg, resume: bool, overwrite: bool, unit: str) -> None:
@@ -72,7 +58,7 @@ def sft_command(
     from hw3lib.sft_config import SFTConfig
     from hw3lib.sft_train import train_sft
 
-    cfg = _build(SFTConfig, profile, set_, n_examples=examples, filter_correct=filter_correct or None,
+    cfg = config_from_profile(SFTConfig, profile, set_, n_examples=examples, filter_correct=filter_correct or None,
                  n_sft_steps=steps, dataset=dataset, model=model, name=name)
     _run(train_sft, cfg, resume, overwrite, "SFT steps")
 
@@ -94,7 +80,7 @@ def expert_iteration_command(
     from hw3lib.expert_iteration import expert_iteration
     from hw3lib.sft_config import EIConfig
 
-    cfg = _build(EIConfig, profile, set_, n_ei_steps=steps, group_size=group_size, sft_epochs=sft_epochs,
+    cfg = config_from_profile(EIConfig, profile, set_, n_ei_steps=steps, group_size=group_size, sft_epochs=sft_epochs,
                  questions_per_round=questions, dataset=dataset, model=model, name=name)
     _run(expert_iteration, cfg, resume, overwrite, "rounds")
 

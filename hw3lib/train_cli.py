@@ -63,16 +63,27 @@ def build_config(profile: Optional[str], set_: Optional[list[str]] = None, **opt
     given), then the `--set KEY=VALUE` items. Errors become usage errors."""
     from hw3lib.train_config import GRPOConfig
 
+    return config_from_profile(GRPOConfig, profile, set_, **options)
+
+
+def config_from_profile(cls, profile: Optional[str], set_: Optional[list[str]] = None, **options):
+    """`cls.for_profile(profile, ...)` (a config dataclass with `for_profile`) with `overrides_from(...)`;
+    errors become usage errors."""
+    try:
+        return cls.for_profile(profile, **overrides_from(set_, **options))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def overrides_from(set_: Optional[list[str]], **options) -> dict:
+    """The options that were given (None: not given), then the `--set KEY=VALUE` items, as one dict."""
     overrides = {key: value for key, value in options.items() if value is not None}
     for item in set_ or []:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = _parse_value(text)
-    try:
-        return GRPOConfig.for_profile(profile, **overrides)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    return overrides
 
 
 def _parse_value(text: str):

@@ -182,3 +182,28 @@ def finish_continuation(tokenizer, token_ids: Sequence[int], logprobs: Sequence[
         return Sample(text=decode(tokenizer, before_eos), token_ids=token_ids[:eos_at + 1],
                       logprobs=logprobs[:eos_at + 1], finish_reason="eos")
     return Sample(text=decode(tokenizer, token_ids), token_ids=token_ids, logprobs=logprobs, finish_reason="length")
+
+
+def copy_named_tensors(model, named_tensors) -> int:
+    """Copy `(name, tensor)` pairs (or a dict; a policy's `state_dict()` names) into `model`'s tensors:
+    an engine's `load_weights`. Tensors that already share storage with the model's (an engine that
+    wraps the policy module itself) are skipped; returns how many were copied."""
+    import torch
+
+    items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
+    targets = model.state_dict(keep_vars=True)
+    copied = 0
+    with torch.no_grad():
+        for name, tensor in items:
+            if name not in targets:
+                examples = ", ".join(list(targets)[:3])
+                raise KeyError(f"load_weights: the engine's model has no tensor named {name!r} "
+                               f"(it has e.g. {examples}): pass the policy's state_dict() names")
+            target = targets[name]
+            if target.shape != tensor.shape:
+                raise ValueError(f"load_weights: {name} has shape {tuple(tensor.shape)} but the engine's "
+                                 f"is {tuple(target.shape)}: is this the same architecture?")
+            if target.data_ptr() != tensor.data_ptr():
+                target.copy_(tensor)
+                copied += 1
+    return copied

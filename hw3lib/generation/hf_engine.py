@@ -35,7 +35,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from hw3lib.generation.base import Sample, SamplingConfig, derive_seed, encode_prompts, finish_continuation
+from hw3lib.generation.base import (Sample, SamplingConfig, copy_named_tensors, derive_seed, encode_prompts,
+                                    finish_continuation)
 
 
 class SampledLogprobRecorder:
@@ -271,23 +272,7 @@ class TransformersEngine:
         Returns how many tensors were copied; tensors that already share storage with the
         engine's (the engine wraps the policy module itself) are skipped.
         """
-        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
-        targets = self.model.state_dict(keep_vars=True)
-        copied = 0
-        with torch.no_grad():
-            for name, tensor in items:
-                if name not in targets:
-                    examples = ", ".join(list(targets)[:3])
-                    raise KeyError(f"load_weights: the engine's model has no tensor named {name!r} "
-                                   f"(it has e.g. {examples}): pass the policy's state_dict() names")
-                target = targets[name]
-                if target.shape != tensor.shape:
-                    raise ValueError(f"load_weights: {name} has shape {tuple(tensor.shape)} but the engine's "
-                                     f"is {tuple(target.shape)}: is this the same architecture?")
-                if target.data_ptr() != tensor.data_ptr():
-                    target.copy_(tensor)
-                    copied += 1
-        return copied
+        return copy_named_tensors(self.model, named_tensors)
 
     def sleep(self, level: int = 1) -> None:
         """No-op: the transformers engine holds no KV cache between calls (its memory is the model's)."""

@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from hw3lib.generation.base import Sample, SamplingConfig, derive_seed, encode_prompts, find_stop, finish_continuation
+from hw3lib.generation.base import (Sample, SamplingConfig, copy_named_tensors, derive_seed, encode_prompts, find_stop,
+                                    finish_continuation)
 
 
 class OwnModelEngine:
@@ -134,23 +135,7 @@ class OwnModelEngine:
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | dict) -> int:
         """Copy (name, tensor) pairs (the policy's `state_dict()` names) into the engine's model; tensors
         that already share storage (the engine wraps the policy) are skipped. Returns how many were copied."""
-        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
-        targets = self.model.state_dict(keep_vars=True)
-        copied = 0
-        with torch.no_grad():
-            for name, tensor in items:
-                if name not in targets:
-                    examples = ", ".join(list(targets)[:3])
-                    raise KeyError(f"load_weights: the engine's model has no tensor named {name!r} "
-                                   f"(it has e.g. {examples}): pass the policy's state_dict() names")
-                target = targets[name]
-                if target.shape != tensor.shape:
-                    raise ValueError(f"load_weights: {name} has shape {tuple(tensor.shape)} but the engine's "
-                                     f"is {tuple(target.shape)}: is this the same architecture?")
-                if target.data_ptr() != tensor.data_ptr():
-                    target.copy_(tensor)
-                    copied += 1
-        return copied
+        return copy_named_tensors(self.model, named_tensors)
 
     def sleep(self, level: int = 1) -> None:
         """No-op: the engine keeps no KV cache between calls."""

@@ -1,0 +1,64 @@
+"""`hw3 sweep NAME`: run one experiment grid (hw3lib.experiments) and print its reading.
+
+Examples:
+
+    hw3 sweep --list                                  # the grids and what each asks
+    hw3 sweep baselines --profile smoke               # runs/baselines/<config>/, figures/baselines_*.png|pdf
+    hw3 sweep learning_rate --profile full            # the course's sizes, 200 GRPO steps per run
+    hw3 sweep clip_ablation --profile smoke --steps 10   # runs off_policy and off_policy_focused first
+
+Finished runs are reused, interrupted ones resumed, identical configs shared between grids;
+diverged runs stop early and are reported as such (see hw3lib.experiments). A shorter `--steps`
+than a grid's runs already have is refused (runs only grow); use another HW3_RUNS_DIR to keep both.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+
+def sweep_command(
+    name: Optional[str] = typer.Argument(None, help="Grid name (see --list)."),
+    profile: Optional[str] = typer.Option(None, help="smoke or full (default: $HW3_PROFILE, else full on a GPU)."),
+    steps: Optional[int] = typer.Option(None, min=1, help="GRPO steps per run (default: the profile's; the broad "
+                                        "off-policy sweep runs a fraction of it)."),
+    seeds: Optional[list[int]] = typer.Option(None, "--seed", help="Repeat every config with these seeds "
+                                              "(repeatable; default: the profile's seed only)."),
+    list_grids: bool = typer.Option(False, "--list", help="List the grids and exit."),
+    plots: bool = typer.Option(True, help="Save figures/<grid>_*.png|pdf."),
+) -> None:
+    """Run an experiment grid; print a table of its runs and which differences exceed noise."""
+    from hw3lib.experiments import GRIDS, compare, noise_reading, run_sweep
+    from hw3lib.runs import RunExistsError
+
+    if list_grids or name is None:
+        for grid, (question, *_rest) in GRIDS.items():
+            typer.echo(f"{grid:22s} {question}")
+        if name is None and not list_grids:
+            raise typer.Exit(2)
+        return
+    if name not in GRIDS:
+        raise typer.BadParameter(f"unknown grid {name!r}: choose one of {', '.join(GRIDS)}", param_hint="NAME")
+    try:
+        result = run_sweep(name, profile, steps, seeds or None)
+    except (RunExistsError, ValueError) as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"\n{name}: {result.grid.question} ({result.grid.profile} profile, {result.grid.base.model})")
+    for row in compare(result):
+        typer.echo(f"  {row['label']:24s} {row['status']:9s} start {row['start']:6.1%}  end {row['end']:6.1%}  "
+                   f"vs reference {100 * row['diff']:+6.1f} ± {100 * row['band']:.1f} points  "
+                   f"{row['wall_clock_s'] / 60:5.1f} min  ({result.records[row['label']]['run']})")
+    typer.echo(noise_reading(result))
+    if plots:
+        from hw3lib.plots import plot_grid
+
+        stems = plot_grid(result)
+        typer.echo("figures: " + ", ".join(f"figures/{stem}.png" for stem in stems.values()))
+
+
+def register(app: typer.Typer, name: str) -> None:
+    """Add the sweep command to the `hw3` app as `hw3 <name>`."""
+    app.command(name=name, help=__doc__)(sweep_command)
