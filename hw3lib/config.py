@@ -19,9 +19,10 @@ class Profile:
     name: str
     """`smoke` (CPU, tiny offline model, few examples) or `full` (GPU, Qwen3-0.6B, the course's settings)."""
     model: str
-    """Model evaluated by notebooks 01/02 and trained by GRPO: a hub id or a local directory (full),
-    `tiny-sft` (smoke: the offline tiny model after a brief SFT, so that its zero-shot responses fall
-    in every reward category; the smoke GRPO recipe starts from `tiny` with its own warm start)."""
+    """Model evaluated by notebook 01 (and 02 in the full profile) and trained by GRPO: a hub id or a local
+    directory (full), `tiny-sft` (smoke: the offline tiny model after a brief SFT, so that its zero-shot
+    responses fall in every reward category; the smoke GRPO recipe starts from `tiny` with its own warm
+    start, and smoke notebook 02 samples that warm start on the arithmetic task)."""
     math_model: str
     """Model for the MATH dataset runs (full profile: Qwen/Qwen2.5-Math-1.5B)."""
     engine: str
