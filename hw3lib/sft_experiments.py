@@ -7,7 +7,9 @@
 - `run_all(function, configs)`: run each in turn (`resume=True`: finished runs are read back);
 - `sft_summary`, `ei_summary`: one row per run; `plot_sft`, `plot_ei`: the curves (saved to figures/);
 - `difference_band(p, n)`: two standard errors of the difference of two accuracies on n questions,
-  the noise a gap must exceed before it counts.
+  the noise a gap must exceed before it counts;
+- `sft_ei_reading(...)`: the notebook's reading of sections 5-7, computed from the runs: the SFT and EI
+  paragraphs and the summary that notebook 05 writes to `figures/sft_ei.json` for writeup/sft.typ.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from hw3lib.sft_config import EIConfig, SFTConfig
 from hw3lib.sft_train import LoopResult, trace_summary
 
 SFT_SIZES = (128, 256, 512, 1024, None)
+# The smoke profile's sizes: each run needs 300 steps on 2 CPU cores before size matters (sft_config), so CI
+# runs three sizes spanning the range rather than five.
+SMOKE_SFT_SIZES = (128, 512, None)
 
 
 def size_label(n_examples: int | None) -> str:
@@ -77,6 +82,7 @@ def ei_summary(results: dict[str, LoopResult]) -> list[dict]:
                      "questions_per_round": cfg.questions_per_round, "rounds": result.steps,
                      "eval_answer_start": evals[0]["eval/answer_reward"], "eval_answer_end": evals[-1]["eval/answer_reward"],
                      "rollouts": rounds[-1]["rollouts"], "optimizer_steps": rounds[-1]["step"],
+                     "train_reward_first": rounds[0]["train/reward"], "train_reward_last": rounds[-1]["train/reward"],
                      "kept_fraction_first": rounds[0]["ei/kept_fraction"], "kept_fraction_last": rounds[-1]["ei/kept_fraction"],
                      "entropy_first": rounds[0]["train/entropy"], "entropy_last": rounds[-1]["train/entropy"],
                      "minutes": result.elapsed_s / 60})
@@ -142,3 +148,92 @@ def plot_ei(ei: dict[str, LoopResult], sft: LoopResult | None = None, grpo=None,
     fig.tight_layout()
     save_figure(fig, path_stem)
     return fig
+
+
+def _verdict(gap: float, band: float) -> str:
+    return "beyond" if abs(gap) > band else "within"
+
+
+def sft_ei_reading(sft_results: dict[str, LoopResult], ei_results: dict[str, LoopResult], grpo=None,
+                   grpo_rollouts_per_step: int = 0, section_seconds: float | None = None) -> tuple[str, str, dict]:
+    """`(SFT paragraph, EI paragraph, summary)` for notebook 05's reading cell, all computed from the runs.
+
+    `sft_results` must hold the `all` and `filtered` runs of `sft_size_configs` (the sizes in order);
+    `grpo` is a GRPO `RunResult` on the same held-out questions (or None) and `grpo_rollouts_per_step`
+    its rollout batch size. Every gap is compared with `difference_band` at the mean of the two
+    accuracies on the `eval/n` held-out questions. The summary holds the keys writeup/sft.typ reads.
+    """
+    sft_rows, ei_rows = sft_summary(sft_results), ei_summary(ei_results)
+    sft_base = sft_results["all"].config
+    n_eval = sft_results["all"].eval_rows[-1]["eval/n"]
+
+    def band_for(*accuracies: float) -> float:
+        p = sum(accuracies) / len(accuracies)
+        return difference_band(min(max(p, 0.01), 0.99), n_eval)
+
+    all_row = next(r for r in sft_rows if r["run"] == "all")
+    filtered = next(r for r in sft_rows if r["run"] == "filtered")
+    by_size = [r for r in sft_rows if r["run"] != "filtered"]
+    smallest, largest = by_size[0], by_size[-1]
+    gap = largest["eval_answer_end"] - smallest["eval_answer_end"]
+    band = band_for(smallest["eval_answer_end"], largest["eval_answer_end"])
+    filter_gap = filtered["eval_answer_end"] - all_row["eval_answer_end"]
+    nll_falls = all(b["heldout_trace_nll_end"] < a["heldout_trace_nll_end"] for a, b in zip(by_size, by_size[1:]))
+    per_size = ", ".join(f"{r['run']}: {r['eval_answer_end']:.1%} (NLL {r['heldout_trace_nll_end']:.3f}, "
+                         f"train loss {r['train_loss_end']:.3f})" for r in by_size)
+    sft_reading = (
+        f"After {sft_base.n_sft_steps} steps of {sft_base.train_batch_size} traces, final validation accuracy and "
+        f"held-out trace NLL per number of unique examples: {per_size}. From {smallest['unique_examples']} to "
+        f"{largest['unique_examples']} unique examples accuracy moved {100 * gap:+.1f} points, "
+        f"{_verdict(gap, band)} the {100 * band:.1f}-point noise band; the held-out trace NLL "
+        + ("falls with every doubling of the data" if nll_falls else "does not fall monotonically with the data")
+        + (" while the small runs drive their training loss far lower: they memorize their few traces instead of "
+           "learning the task" if smallest["train_loss_end"] < largest["train_loss_end"] else "")
+        + f". The filtered run ({filtered['unique_examples']} of {all_row['unique_examples']} traces kept) ended at "
+        f"{filtered['eval_answer_end']:.1%} against {all_row['eval_answer_end']:.1%} for all traces "
+        f"({100 * filter_gap:+.1f} points, {_verdict(filter_gap, band_for(filtered['eval_answer_end'], all_row['eval_answer_end']))} "
+        f"the noise band).")
+
+    ei_parts = []
+    for r in ei_rows:
+        curve = [row["eval/answer_reward"] for row in ei_results[r["run"]].eval_rows]
+        ei_gap = r["eval_answer_end"] - r["eval_answer_start"]
+        cfg = ei_results[r["run"]].config
+        n_round = cfg.rollouts_per_round
+        train_gap = r["train_reward_last"] - r["train_reward_first"]
+        # Rollouts of one question are correlated, so the band counts questions, not rollouts (conservative).
+        p_train = min(max((r["train_reward_first"] + r["train_reward_last"]) / 2, 0.01), 0.99)
+        train_band = difference_band(p_train, cfg.questions_per_round)
+        ei_parts.append(
+            f"EI {r['run']}: {' -> '.join(f'{x:.1%}' for x in curve)} over {r['rounds']} rounds "
+            f"({100 * ei_gap:+.1f} points, {_verdict(ei_gap, band_for(r['eval_answer_start'], r['eval_answer_end']))} "
+            f"the {100 * band_for(r['eval_answer_start'], r['eval_answer_end']):.1f}-point band) with {r['rollouts']} "
+            f"rollouts and {r['optimizer_steps']} optimizer steps; the reward of the round's own sampled rollouts "
+            f"(temperature {cfg.sampling_temperature:g}, {n_round} per round on fresh questions) went "
+            f"{r['train_reward_first']:.1%} -> {r['train_reward_last']:.1%} ({100 * train_gap:+.1f} points, "
+            f"{_verdict(train_gap, train_band)} its {100 * train_band:.1f}-point band), rollout entropy "
+            f"{r['entropy_first']:.3f} -> {r['entropy_last']:.3f} nats")
+    ei_reading = "; ".join(ei_parts) + "."
+    summary = {
+        "profile": sft_base.profile, "dataset": sft_base.dataset, "sft_model": sft_base.model,
+        "arithmetic_max_operand": sft_base.arithmetic_max_operand,
+        "ei_model": next(iter(ei_results.values())).config.model if ei_results else None,
+        "sft_steps": sft_base.n_sft_steps, "sft_batch_size": sft_base.train_batch_size, "n_eval": n_eval,
+        "trace_noise": sft_base.trace_noise, "noise_band": band, "pool_size": all_row["unique_examples"],
+        "filtered_size": filtered["unique_examples"], "sft_rows": sft_rows, "ei_rows": ei_rows,
+        "sft_reading": sft_reading, "section_seconds": section_seconds}
+    if grpo is not None:
+        grpo_evals = grpo.eval_rows
+        same_task = all(getattr(grpo.config, key) == getattr(sft_base, key)
+                        for key in ("dataset", "arithmetic_max_operand", "n_eval_examples", "seed"))
+        ei_reading += (
+            f" GRPO ({grpo.config.name}): {grpo_evals[0]['eval/answer_reward']:.1%} -> "
+            f"{grpo_evals[-1]['eval/answer_reward']:.1%} with {grpo.grpo_steps * grpo_rollouts_per_step} rollouts and "
+            f"{grpo.optimizer_steps} optimizer steps"
+            + ("" if same_task else " (on its own task settings, so not the same held-out questions)") + ".")
+        summary.update({"grpo_run": grpo.config.name, "grpo_start": grpo_evals[0]["eval/answer_reward"],
+                        "grpo_end": grpo_evals[-1]["eval/answer_reward"], "grpo_steps": grpo.grpo_steps,
+                        "grpo_rollouts": grpo.grpo_steps * grpo_rollouts_per_step,
+                        "grpo_optimizer_steps": grpo.optimizer_steps, "grpo_same_questions": same_task})
+    summary["ei_reading"] = ei_reading
+    return sft_reading, ei_reading, summary

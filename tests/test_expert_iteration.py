@@ -19,7 +19,8 @@ def _runs_in_tmp(tmp_path, monkeypatch):
 def tiny_cfg(name: str, **overrides) -> EIConfig:
     # tiny-sft answers some arithmetic questions right, so rounds keep a mix of rollouts.
     settings = dict(name=name, model="tiny-sft", warm_start_steps=0, n_ei_steps=2, questions_per_round=8,
-                    group_size=4, train_batch_size=8, sampling_max_tokens=24, n_eval_examples=4)
+                    group_size=4, train_batch_size=8, sampling_max_tokens=24, n_eval_examples=4, eval_every=1,
+                    checkpoint_every=1, learning_rate=2e-4)
     return EIConfig.for_profile("smoke", **{**settings, **overrides})
 
 

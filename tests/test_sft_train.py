@@ -185,3 +185,44 @@ def test_cli_sft_two_steps():
     again = CliRunner().invoke(app, ["sft", "--profile", "smoke", "--steps", "2", "--examples", "32", "--name", "cli",
                                      "--set", "n_eval_examples=4", "--set", "sampling_max_tokens=8"])
     assert again.exit_code == 1 and "n_examples" in again.output
+
+
+# ---- notebook 05's reading (hw3lib.sft_experiments) ------------------------------------------------------
+
+def test_difference_band_hand_worked():
+    from hw3lib.sft_experiments import difference_band
+
+    assert difference_band(0.5, 200) == pytest.approx(0.1)  # 2 * sqrt(2 * 0.25 / 200) = 2 * 0.05
+    assert difference_band(0.1, 50) == pytest.approx(2 * (2 * 0.09 / 50) ** 0.5)
+
+
+def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
+    from hw3lib.sft_config import EIConfig
+    from hw3lib.sft_experiments import sft_ei_reading
+    from hw3lib.sft_train import TRACES_FILE, LoopResult
+
+    def sft_run(label, used, end, nll, loss):
+        run_dir = tmp_path / label
+        run_dir.mkdir()
+        (run_dir / TRACES_FILE).write_text(json.dumps({"n_used": used, "n_noisy_used": 0}))
+        evals = [{"step": s, "eval/answer_reward": a, "eval/trace_nll": 1.0 if s == 0 else nll, "eval/entropy": 0.1,
+                  "eval/n": 200} for s, a in ((0, 0.0), (10, end))]
+        return LoopResult(run_dir, SFTConfig.for_profile("smoke", n_sft_steps=10), [*evals, {"train/loss": loss}], 10, 6.0)
+
+    sft = {"128": sft_run("128", 128, 0.40, 0.30, 0.01), "all": sft_run("all", 4096, 0.60, 0.05, 0.10),
+           "filtered": sft_run("filtered", 3000, 0.62, 0.04, 0.05)}
+    rounds = [{"round": r, "step": 5 * r, "rollouts": 64 * r, "ei/kept": 10, "ei/kept_fraction": f,
+               "train/reward": f, "train/entropy": 0.3} for r, f in ((1, 0.2), (2, 0.5))]
+    evals = [{"round": r, "step": 5 * r, "rollouts": 64 * r, "eval/answer_reward": a} for r, a in ((0, 0.3), (2, 0.32))]
+    ei = {"G8": LoopResult(tmp_path, EIConfig.for_profile("smoke", questions_per_round=64), rounds + evals, 2, 6.0)}
+    sft_text, ei_text, summary = sft_ei_reading(sft, ei, section_seconds=12.0)
+    # 128 -> all: +20 points against 2 * sqrt(2 * 0.5 * 0.5 / 200) = 10 points; filtered vs all: +2 points.
+    assert "+20.0 points, beyond the 10.0-point noise band" in sft_text
+    assert "falls with every doubling" in sft_text and "memorize" in sft_text
+    assert "+2.0 points, within the noise band" in sft_text
+    # EI validation +2 points (within); sampled reward 20% -> 50% over 64 questions per round: band
+    # 2 * sqrt(2 * 0.35 * 0.65 / 64) = 16.9 points, counted in questions, not rollouts.
+    assert "(+2.0 points, within the 9.2-point band)" in ei_text
+    assert "20.0% -> 50.0% (+30.0 points, beyond its 16.9-point band)" in ei_text
+    assert summary["noise_band"] == pytest.approx(0.1) and summary["pool_size"] == 4096
+    assert summary["filtered_size"] == 3000 and summary["section_seconds"] == 12.0 and "grpo_run" not in summary
