@@ -18,7 +18,7 @@ generation and training take similar time (the script prints the sync run's spli
 variant runs in its own subprocess. Validation answer reward (greedy, `--eval` held-out questions)
 before and after is printed with its binomial noise band (2 standard errors of the difference).
 
-    .venv/bin/python bench/bench_async.py                  # all three (about 10 minutes here)
+    .venv/bin/python bench/bench_async.py                  # all three (about 2 minutes here)
     .venv/bin/python bench/bench_async.py --steps 6         # a quick look
 Writes bench/results/bench_async.json.
 """
@@ -84,8 +84,8 @@ def run_variant(mode: str, steps: int, rollouts: int, n_eval: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=24)
-    parser.add_argument("--rollouts", type=int, default=128)
-    parser.add_argument("--eval", type=int, default=256, help="held-out questions validated before and after")
+    parser.add_argument("--rollouts", type=int, default=64)
+    parser.add_argument("--eval", type=int, default=128, help="held-out questions validated before and after")
     parser.add_argument("--only", choices=MODES, help="run one variant in this process (used internally)")
     args = parser.parse_args()
     if args.only:

@@ -166,7 +166,6 @@ class Learner:
         self.cfg = cfg
         _, self.learner = start_run(Path(run_dir), cfg, Path(checkpoint) if checkpoint else None, callback)
         self.engine = None  # built on first validation: wraps the policy (no copy in float32)
-        self.rows, self.batch = [], None  # the trained batch, until `finish` logs it
 
     def _validation_engine(self):
         from hw3lib.generation import training_engine
@@ -192,19 +191,18 @@ class Learner:
         weights = {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.learner.weights_for_engine()}
         return weights, (started, time.time())
 
-    def train(self, batch) -> tuple[float, float]:
-        """The optimizer steps of one rollout batch (logged by `finish`); returns the busy interval."""
+    def train(self, batch, extra: dict, window_start: float) -> tuple[list[tuple[float, float]], float, int]:
+        """One GRPO step in one call: the optimizer steps of `batch`, then log them as the next GRPO step
+        (with the driver's `extra` columns), validate and checkpoint when due. The step's wall-clock
+        window runs from `window_start` (the driver's clock: same machine) to the end of training.
+        Returns the busy intervals (training; logging, validation and checkpoint), the window's end
+        and the new version."""
         started = time.time()
-        self.rows, self.batch = self.learner.train_on(batch), batch
-        return started, time.time()
-
-    def finish(self, extra: dict, step_s: float) -> tuple[tuple[float, float], int]:
-        """Log the trained batch as the next GRPO step (with the driver's `extra` columns), validate and
-        checkpoint when due; returns the busy interval and the new version."""
-        started = time.time()
-        self.learner.finish_step(self.batch, self.rows, step_s, extra)
+        rows = self.learner.train_on(batch)
+        trained = time.time()
+        self.learner.finish_step(batch, rows, trained - window_start, extra)
         self.learner.validate_and_checkpoint(self._validation_engine())
-        return (started, time.time()), self.learner.version
+        return [(started, trained), (trained, time.time())], trained, self.learner.version
 
     def save_interrupted(self) -> str:
         return str(self.learner.save_interrupted())
@@ -360,12 +358,27 @@ class _Driver:
             self.generator_busy.append(busy)
             buffer.add(split_groups(batch, cfg.group_size, first_uid=index * n))
 
-        def may_generate_ahead() -> bool:
+        def may_generate_ahead(step: int) -> bool:
             # A batch started now (weights of this version) lands while the learner trains, i.e. one
             # version stale, and must be used up within `lag` versions: keep the uses waiting in the
-            # buffer plus its own within what `lag` learner steps consume (and within the capacity).
+            # buffer plus its own within what `lag` learner steps consume (and within the capacity),
+            # and generate nothing the remaining steps cannot use.
             pending_uses = sum(m - g.uses for g in buffer.groups)
-            return lag >= 1 and pending_uses + n * m <= n * lag and len(buffer) + n <= buffer.capacity
+            return (lag >= 1 and pending_uses + n * m <= n * lag and len(buffer) + n <= buffer.capacity
+                    and pending_uses < (cfg.n_grpo_steps - step) * n)
+
+        def while_training(landed, step: int):
+            """`landed=None`: the generation in flight (or None). Else it has landed: buffer it and, when
+            allowed, start the next one with the weights already pushed (a push now would queue behind
+            the training call on the learner)."""
+            nonlocal in_flight
+            if landed is None:
+                return in_flight[1] if in_flight is not None else None
+            land(*in_flight)
+            in_flight = None
+            if self.pushed_version == self.learner_version and may_generate_ahead(step):
+                in_flight = submit()
+            return None
 
         for step in range(self.learner_version + 1, cfg.n_grpo_steps + 1):
             while buffer.available(self.learner_version) < n:  # not enough: wait for (or start) a generation
@@ -376,10 +389,11 @@ class _Driver:
             if in_flight is not None and _ready(in_flight[1]):  # landed meanwhile: into the buffer now
                 land(*in_flight)
                 in_flight = None
-            if in_flight is None and step < cfg.n_grpo_steps and may_generate_ahead():
+            if in_flight is None and may_generate_ahead(step):
                 in_flight = submit()  # generates while the learner trains on `groups`
             self.train(merge_groups(groups, step, cfg.group_size), expired=buffer.expired - expired_before,
-                       uses=[g.uses for g in groups])
+                       uses=[g.uses for g in groups],
+                       while_training=lambda landed, step=step: while_training(landed, step))
         if in_flight is not None:  # generated for a step that will not come: its time still counts
             self.generator_busy.append(ray.get(in_flight[1])[1])
             self.unused_groups = n  # never entered the buffer
@@ -393,22 +407,28 @@ class _Driver:
                 "max_staleness": buffer.max_staleness,
                 "uses": [list(u) for u in buffer.use_log]}  # (group uid, its version, learner version) per use
 
-    def train(self, batch, expired: int, uses: list[int] | None = None) -> None:
-        """One GRPO step on the learner: train, then log it with its staleness and time breakdown."""
+    def train(self, batch, expired: int, uses: list[int] | None = None, while_training=None) -> None:
+        """One GRPO step on the learner, logged with its staleness; its time window ends when training
+        does (logging, validation and checkpoint count in the next step's window). `while_training()`
+        (replay) is called each time a generation lands meanwhile, to keep the generator busy."""
         import ray
 
         staleness = self.learner_version - batch.policy_version
         if staleness > self.async_cfg.max_staleness:  # the schedules guarantee it; never train past the bound
             raise AssertionError(f"GRPO step {batch.grpo_step}: rollouts {staleness} versions old "
                                  f"(bound {self.async_cfg.max_staleness})")
-        self.learner_busy.append(ray.get(self.learner.train.remote(batch)))
-        now = time.time()
-        self.windows.append((batch.grpo_step, self.step_started, now))
-        self.step_started = now
         extra = {"async/staleness": staleness, "async/expired_groups": expired,
                  "async/max_uses_in_batch": max(uses) if uses else 1}
-        busy, self.learner_version = ray.get(self.learner.finish.remote(extra, now - self.windows[-1][1]))
-        self.learner_busy.append(busy)  # logging, validation, checkpoint: counted in the next step
+        step = self.learner.train.remote(batch, extra, self.step_started)
+        while while_training is not None:
+            generating = while_training(None)  # the in-flight generation, if any
+            if generating is None or ray.wait([step, generating], num_returns=1)[0][0] == step:
+                break
+            while_training(generating)  # it landed first: take it in, maybe start the next
+        intervals, trained, self.learner_version = ray.get(step)
+        self.learner_busy.extend(intervals)
+        self.windows.append((batch.grpo_step, self.step_started, trained))
+        self.step_started = trained
         if self.on_step is not None:
             self.on_step({"step": self.learner_version, "generator": self.generator, "learner": self.learner})
 

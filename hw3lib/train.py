@@ -94,7 +94,8 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
     displays, or fault injection.
 
     `stop_when` (optional) is called after each GRPO step is logged with that step's metric rows;
-    a string it returns ends the run early: the step is validated and checkpointed, `stopped.json` records the step and the reason, and the partial result is
+    a string it returns ends the run early: the step is validated and checkpointed, `stopped.json` records
+    the step and the reason, and the partial result is
     returned (hw3lib.experiments uses it to stop diverged runs).
     """
     from hw3lib.generation import training_engine
