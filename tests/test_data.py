@@ -370,7 +370,7 @@ def test_r1_zero_prompt_text_is_exact():
 
 
 def test_unknown_prompt_lists_available_names():
-    with pytest.raises(ValueError, match="available: question_only, r1_zero"):
+    with pytest.raises(ValueError, match="available: keyword, question_only, r1_zero"):
         load_prompt("r2_zero")
     with pytest.raises(ValueError, match="unknown prompt"):
         load_prompt("../data")

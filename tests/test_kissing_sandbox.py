@@ -38,6 +38,13 @@ SECRET = "sk-test-" + uuid.uuid4().hex
 needs_bwrap = pytest.mark.skipif(not sb.bwrap_available(), reason=f"bubblewrap unavailable: {sb.bwrap_problem()}")
 
 
+def test_ci_runs_the_real_sandbox():
+    """CI installs bubblewrap (.ci/run): there the suite must exercise it, not skip to the fallback."""
+    if not os.environ.get("CI"):
+        pytest.skip("outside CI, machines without bubblewrap test the fallback only")
+    assert sb.bwrap_available(), f"CI has no working bubblewrap: {sb.bwrap_problem()}"
+
+
 def package_hashes() -> dict:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(PACKAGE.rglob("*.py"))}
 

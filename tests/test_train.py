@@ -90,7 +90,8 @@ def test_derived_values_off_policy():
     (dict(prompt="chat"), ["prompt='chat'"]),
     (dict(dataset="math.csv"), ["dataset='math.csv'"]),
     (dict(group_size=1, rollout_batch_size=8, train_batch_size=8, gradient_accumulation_steps=1), ["group_size >= 2"]),
-    (dict(name="a/b"), ["name='a/b'"]),
+    (dict(name="a/b/c"), ["name='a/b/c'"]),
+    (dict(name="../x"), ["name='../x'"]),
 ])
 def test_sanity_checks_name_the_clashing_values(changes, words):
     with pytest.raises(ValueError) as info:

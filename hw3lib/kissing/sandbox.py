@@ -177,10 +177,11 @@ def bwrap_command(script: Path, program_fd: int | None) -> list[str]:
             command += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             command += ["--ro-bind", top, top]
+    # /tmp's tmpfs first: a runtime or venv that lives under /tmp is then bound on top of it, not hidden by it.
+    command += ["--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     for root in _readonly_roots():
         command += ["--ro-bind", root, root]
     command += ["--proc", "/proc", "--dev", "/dev",
-                "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
                 "--size", str(WORKDIR_BYTES), "--tmpfs", WORKDIR,
                 "--ro-bind", str(script), "/opt/hw3/runner.py"]
     if program_fd is not None:
