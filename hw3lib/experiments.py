@@ -22,7 +22,7 @@ The base (`common_base`) is the profile's recipe. Full: the course's baseline an
 `reinforce_with_baseline`, std normalization, `masked_mean`, on-policy (one epoch, one optimizer
 step of 256 rollouts per rollout batch), lr 1e-5, 200 GRPO steps. Smoke: the smoke recipe of
 hw3lib.train_config (the warm-started tiny model on two-number arithmetic; `grpo_clip`, two epochs of
-four optimizer steps per rollout batch, lr 2e-4 after a 10-step warm-up, 80 GRPO steps). The smoke
+four optimizer steps per rollout batch, lr 2e-4 after a 10-step warm-up, 50 GRPO steps). The smoke
 base is off-policy because on 2 CPU cores the on-policy schedule does not learn in a usable time:
 one optimizer step per 256 rollouts moved the validation reward 0.344 -> 0.320 in 20 steps at lr
 2e-4, and lr 1e-3 broke the warm start (0.344 -> 0.152 by step 10). Grids about a schedule
@@ -50,9 +50,11 @@ numbers, which differences exceed that band.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hw3lib.io import atomic_write_json, runs_dir
@@ -62,10 +64,13 @@ from hw3lib.train import STOPPED_FILE
 from hw3lib.train_config import GRPOConfig
 
 FULL_STEPS = 200  # the course's GRPO steps per run
-SMOKE_STEPS = 80  # the smoke recipe's: its validation reward rises by well over 10 points in them
-BROAD_FRACTION = {"full": 0.25, "smoke": 0.5}  # broad off-policy runs are this fraction of a full-length run
+SMOKE_STEPS = 50  # the smoke recipe's validation reward rises by well over 10 points in them (0.344 -> 0.535)
+# Broad off-policy runs are this fraction of a full-length run. Smoke: full length, because the smoke
+# recipe's validation reward is flat for its first ~30 steps, so a shorter run ranks nothing; the broad
+# runs are then the focused ones too (shared), and sync_strategy's two schedules are among them.
+BROAD_FRACTION = {"full": 0.25, "smoke": 1.0}
 LR_FACTORS = (0.3, 1.0, 3.0, 10.0, 100.0)  # learning-rate grid, as multiples of the base's
-OFF_POLICY_EPOCHS = {"full": (1, 2, 4), "smoke": (1, 2, 4)}
+OFF_POLICY_EPOCHS = {"full": (1, 2, 4), "smoke": (1, 2)}
 OFF_POLICY_BATCH_DIVISORS = {"full": (1, 2, 4), "smoke": (1, 4)}  # train_batch_size = rollout_batch_size // d
 SYNC_EPOCHS = {"full": 4, "smoke": 2}  # sync_strategy (B): epochs per rollout batch
 # Config fields that do not change what a run computes: ignored when looking for a shared run.
@@ -149,6 +154,19 @@ def _clip_ablation(base: GRPOConfig, choices: dict) -> dict[str, dict]:
     return {"grpo_clip": {**best, **_loss(base, "grpo_clip")}, "grpo_no_clip": {**best, **_loss(base, "grpo_no_clip")}}
 
 
+def _prompt(base: GRPOConfig, choices: dict) -> dict[str, dict]:
+    """`r1_zero` is the base itself (shared with the other grids). The warm start is SFT on R1-Zero
+    completions (hw3lib.warmstart refuses other prompts), so `question_only` starts from the base's
+    warm-started weights by their (cached, built on first use) folder: the same initial policy.
+    (`tiny-sft`, 40 SFT steps, did not learn under r1_zero: 0.152 flat over 60 GRPO steps.)"""
+    question_only = {"prompt": "question_only"}
+    if base.warm_start_steps:
+        from hw3lib.warmstart import initial_policy_source
+
+        question_only.update(model=initial_policy_source(base), warm_start_steps=0)
+    return {"r1_zero": {}, "question_only": question_only}
+
+
 def _leaderboard(base: GRPOConfig, choices: dict) -> dict[str, dict]:
     return {"best": dict(_need(choices, "settings", "leaderboard", "the winning settings (a dict)"))}
 
@@ -183,7 +201,7 @@ GRIDS: dict[str, tuple[str, str, Callable[[GRPOConfig, dict], dict[str, dict]], 
     "clip_ablation": ("At the best off-policy setting, what does clipping the ratio do?", "grpo_clip",
                       _clip_ablation, ("off_policy_focused",)),
     "prompt": ("R1-Zero prompt and reward vs the question alone with its own reward.", "r1_zero",
-               lambda base, c: {"r1_zero": {}, "question_only": {"prompt": "question_only"}}, ()),
+               _prompt, ()),
     "sync_strategy": ("Colocated on one device: one optimizer step per rollout batch (A) or several epochs (B)?",
                       "one_step", lambda base, c: {
                           "one_step": off_policy_settings(base, 1, base.rollout_batch_size),
@@ -202,13 +220,6 @@ def grid_base(name: str, profile: str | None = None, steps: int | None = None) -
     base = common_base(profile, steps)
     if name == "off_policy":  # broad sweep: short runs
         base = base.replace(n_grpo_steps=max(1, round(base.n_grpo_steps * BROAD_FRACTION[base.profile])))
-    if name == "prompt" and base.warm_start_steps:
-        # The warm start is SFT on R1-Zero completions (hw3lib.warmstart refuses other prompts): both prompts
-        # start from the base's warm-started weights, named by their (cached, built on first use) folder.
-        # (`tiny-sft`, 40 SFT steps, did not learn under r1_zero: 0.152 flat over 60 GRPO steps.)
-        from hw3lib.warmstart import initial_policy_source
-
-        base = base.replace(model=initial_policy_source(base), warm_start_steps=0)
     if name == "leaderboard" and base.profile == "full":  # MATH ($HW3_MATH_DATA) with the profile's MATH model
         from hw3lib.config import get_profile
 
@@ -352,6 +363,24 @@ def run_config(cfg: GRPOConfig, check: DivergenceCheck | None = None,
     return result, record
 
 
+@contextmanager
+def config_lock(cfg: GRPOConfig) -> Iterator[None]:
+    """Held while one config's run is found and trained: two sweeps running at once (hw3lib.sweep_parallel)
+    never train the same settings twice -- the second waits for the lock, then finds the first's run and
+    reuses it. One lock file per set of settings under `runs/.locks/` (flock: released if a process dies)."""
+    import fcntl
+
+    locks = runs_dir() / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    path = locks / f"{hashlib.sha1(config_key(cfg.to_dict()).encode()).hexdigest()[:16]}.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def run_grid(grid: Grid, check: Callable[[], DivergenceCheck] = DivergenceCheck,
              callback: Callable[[dict], None] | None = None) -> GridResult:
     """Run every config of `grid` in turn (see the module docstring); `runs/<grid>/grid.json` records
@@ -363,12 +392,13 @@ def run_grid(grid: Grid, check: Callable[[], DivergenceCheck] = DivergenceCheck,
                 "configs": {}}
     results, records = {}, {}
     for label, cfg in tqdm(grid.configs.items(), desc=f"grid {grid.name}", unit="run"):
-        where = shared_run_name(cfg)
-        if where != cfg.name:
-            print(f"=== {grid.name}/{label}: same settings as {where}; using that run", flush=True)
-        else:
-            print(f"=== {grid.name}/{label}", flush=True)
-        results[label], record = run_config(cfg.replace(name=where), check(), callback)
+        with config_lock(cfg):
+            where = shared_run_name(cfg)
+            if where != cfg.name:
+                print(f"=== {grid.name}/{label}: same settings as {where}; using that run", flush=True)
+            else:
+                print(f"=== {grid.name}/{label}", flush=True)
+            results[label], record = run_config(cfg.replace(name=where), check(), callback)
         records[label] = {**record, "shared": where != cfg.name, "changes": grid.changes[label]}
         manifest["configs"][label] = records[label]
         atomic_write_json(manifest_path, manifest)

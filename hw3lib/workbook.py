@@ -3,7 +3,10 @@
 `python -m hw3lib.workbook [--profile smoke|full] [--only 01,04]` executes each notebook with
 papermill (the `profile` parameter injected into the cell tagged `parameters`), writes the executed
 copies to `runs/notebooks/` (the committed notebooks are left untouched), and finally compiles
-`writeup/writeup.pdf` from the figures and result files the notebooks exported.
+`writeup/writeup.pdf` from the figures and result files the notebooks exported and checks it
+(`hw3lib.writeup.check_writeup`): every section must be in the PDF, and on the smoke profile every
+section of the notebooks just run must show its results, not "Not run yet" (the full profile only
+lists those, since a GPU session may run some of them only).
 """
 
 from __future__ import annotations
@@ -58,10 +61,19 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"done in {time.perf_counter() - start:.0f} s", flush=True)
 
-    from hw3lib.writeup import build_writeup
+    from hw3lib.writeup import WriteupCheckError, build_writeup, check_writeup, sections_of_notebooks
 
     pdf = build_writeup()
     print(f"writeup: {pdf}")
+    ran = sections_of_notebooks(nb.name[:2] for nb in selected)
+    try:
+        check = check_writeup(pdf, must_be_run=ran if profile == "smoke" else ())
+    except WriteupCheckError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    not_run = [title for title in ran if not check["sections"][title]]
+    if not_run:  # full profile: reported, not an error
+        print("writeup sections still without results: " + "; ".join(not_run))
     return 0
 
 
