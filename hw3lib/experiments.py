@@ -168,7 +168,9 @@ def _prompt(base: GRPOConfig, choices: dict) -> dict[str, dict]:
 
 
 def _leaderboard(base: GRPOConfig, choices: dict) -> dict[str, dict]:
-    return {"best": dict(_need(choices, "settings", "leaderboard", "the winning settings (a dict)"))}
+    settings = _need(choices, "settings", "leaderboard", "the winning settings (a dict)")
+    # A winner that is some grid's reference (e.g. clip_ablation's grpo_clip, the smoke base's own loss) is no change.
+    return {"best": {key: value for key, value in settings.items() if getattr(base, key) != value}}
 
 
 def _loss(base: GRPOConfig, loss_type: str) -> dict:

@@ -18,6 +18,8 @@ An interrupted call loses nothing: run it again and finished runs are reused, in
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -80,7 +82,9 @@ def run_grids_parallel(profile: str | None = None, steps: int | None = None, gri
             process.wait()
             log.close()
         bar.close()
-    return {name: run_sweep(name, profile, steps) for name in grids}
+    # Reading back prints each reused run's settings and a bar per grid: not needed here (errors still raise).
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return {name: run_sweep(name, profile, steps) for name in grids}
 
 
 def _start(name: str, profile: str | None, steps: int | None, logs, env) -> tuple[subprocess.Popen, object]:
