@@ -67,12 +67,14 @@ FULL_STEPS = 200  # the course's GRPO steps per run
 SMOKE_STEPS = 50  # the smoke recipe's validation reward rises by well over 10 points in them (0.344 -> 0.535)
 # Broad off-policy runs are this fraction of a full-length run. Smoke: full length, because the smoke
 # recipe's validation reward is flat for its first ~30 steps, so a shorter run ranks nothing; the broad
-# runs are then the focused ones too (shared), and sync_strategy's two schedules are among them.
+# runs are then the focused ones too (shared), and sync_strategy's two schedules are among them (e1_b256, e2_b64).
 BROAD_FRACTION = {"full": 0.25, "smoke": 1.0}
 LR_FACTORS = (0.3, 1.0, 3.0, 10.0, 100.0)  # learning-rate grid, as multiples of the base's
 OFF_POLICY_EPOCHS = {"full": (1, 2, 4), "smoke": (1, 2)}
 OFF_POLICY_BATCH_DIVISORS = {"full": (1, 2, 4), "smoke": (1, 4)}  # train_batch_size = rollout_batch_size // d
-SYNC_EPOCHS = {"full": 4, "smoke": 2}  # sync_strategy (B): epochs per rollout batch
+# sync_strategy (B): epochs per rollout batch, in optimizer batches of the base's size -- full: 4 epochs of one
+# step of 256; smoke: the base's own schedule (2 epochs of 4 steps of 64), the one that learns on 2 cores.
+SYNC_EPOCHS = {"full": 4, "smoke": 2}
 # Config fields that do not change what a run computes: ignored when looking for a shared run.
 NOT_COMPUTED = ("name", "checkpoint_every", "wandb_project")
 GRID_FILE = "grid.json"
@@ -207,7 +209,7 @@ GRIDS: dict[str, tuple[str, str, Callable[[GRPOConfig, dict], dict[str, dict]], 
     "sync_strategy": ("Colocated on one device: one optimizer step per rollout batch (A) or several epochs (B)?",
                       "one_step", lambda base, c: {
                           "one_step": off_policy_settings(base, 1, base.rollout_batch_size),
-                          "multi_epoch": off_policy_settings(base, SYNC_EPOCHS[base.profile], base.rollout_batch_size)},
+                          "multi_epoch": off_policy_settings(base, SYNC_EPOCHS[base.profile], base.train_batch_size)},
                       ()),
     "kl_drift": ("How far does the policy drift from the initial one (KL k1, k3) as reward rises?", "kl",
                  lambda base, c: {"kl": {"monitor_kl": True}}, ()),

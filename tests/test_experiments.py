@@ -79,6 +79,12 @@ def test_off_policy_keeps_the_rollout_batch_and_the_microbatch(profile):
     else:  # smoke: the reward is flat for ~30 steps, so broad runs are full length and hold the base itself
         assert broad.base.n_grpo_steps == base.n_grpo_steps
         assert config_key(broad.configs["e2_b64"].to_dict()) == config_key(base.replace(name="x").to_dict())
+    # sync_strategy's (B): several epochs in optimizer batches of the base's size (smoke: the base itself)
+    sync = build_grid("sync_strategy", profile)
+    multi = sync.configs["multi_epoch"]
+    assert (multi.epochs_per_rollout_batch, multi.train_batch_size) == (
+        {"full": 4, "smoke": 2}[profile], base.train_batch_size)
+    assert sync.configs["one_step"].optimizer_steps_per_rollout_batch == 1
     assert build_grid("off_policy_focused", profile, choices=CHOICES).base.n_grpo_steps == base.n_grpo_steps
 
 
