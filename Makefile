@@ -41,10 +41,10 @@ test: setup
 	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks/
 
 workbook: setup
-	$(PY) -m hw3lib.workbook
+	$(PY) -m hw3lib.workbook.run
 
 writeup: setup
-	$(PY) -m hw3lib.writeup
+	$(PY) -m hw3lib.workbook.writeup
 
 clean:
 	rm -rf $(VENV) runs figures/*.png figures/*.pdf writeup/writeup.pdf

@@ -4,9 +4,9 @@ All three train the smoke profile's warm-started tiny model on the arithmetic ta
 settings and the same total rollouts (`--steps` GRPO steps of `--rollouts` rollouts in groups of
 8, `grpo_clip`, one optimizer step per rollout batch); only the schedule differs:
 
-- sync: hw3lib.train.train, generation then training in one process with both cores
+- sync: hw3lib.grpo.loop.train, generation then training in one process with both cores
   (`torch.set_num_threads(2)`);
-- one_behind: hw3lib.async_grpo, Generator and Learner actors with one core each, batch k+1
+- one_behind: hw3lib.grpo.async_loop, Generator and Learner actors with one core each, batch k+1
   generated while the learner trains on batch k (max_staleness 1);
 - replay: the same actors with the staleness-bounded replay buffer (max_staleness 2, max_uses 1,
   a buffer of two rollout batches).
@@ -49,7 +49,7 @@ MODES = ("sync", "one_behind", "replay")
 
 
 def config(steps: int, rollouts: int, n_eval: int, learning_rate: float):
-    from hw3lib.train_config import GRPOConfig
+    from hw3lib.grpo.config import GRPOConfig
 
     return GRPOConfig.for_profile(
         "smoke", name="bench_async", n_grpo_steps=steps, rollout_batch_size=rollouts, group_size=8,
@@ -60,11 +60,11 @@ def config(steps: int, rollouts: int, n_eval: int, learning_rate: float):
 def run_variant(mode: str, steps: int, rollouts: int, n_eval: int, learning_rate: float) -> dict:
     import torch
 
-    from hw3lib.io import read_jsonl
+    from hw3lib.core.io import read_jsonl
 
     cfg = config(steps, rollouts, n_eval, learning_rate)
     if mode == "sync":
-        from hw3lib.train import train
+        from hw3lib.grpo.loop import train
 
         torch.set_num_threads(2)
         result = train(cfg)
@@ -75,7 +75,7 @@ def run_variant(mode: str, steps: int, rollouts: int, n_eval: int, learning_rate
         parts = {part: sum(r[f"time/{part}_s"] for r in rows if "train/loss" in r)
                  for part in ("generation", "scoring", "old_logprobs", "train", "weight_sync")}
     else:
-        from hw3lib.async_grpo import AsyncConfig, train_async
+        from hw3lib.grpo.async_loop import AsyncConfig, train_async
 
         acfg = AsyncConfig(mode=mode, max_staleness=1 if mode == "one_behind" else 2, max_uses=1, buffer_batches=2)
         result = train_async(cfg, acfg)
@@ -135,7 +135,7 @@ def main() -> None:
               "torch": torch.__version__, "settings": vars(args), "results": results}
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    from hw3lib.io import atomic_write_json
+    from hw3lib.core.io import atomic_write_json
 
     atomic_write_json(out_dir / "bench_async.json", record)
     print(f"written: {out_dir / 'bench_async.json'}")

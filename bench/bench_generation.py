@@ -14,7 +14,7 @@ first (vLLM start-up, torch.compile), which is not timed. The table gives tokens
 to the first row (the transformers engine with its dynamic cache).
 
 `--model-shape qwen3-0.6b` builds a Qwen3-0.6B-shaped model with random weights from
-`hw3lib.tiny.qwen3_0p6b_config()` (no hub needed) in `--dtype` (bf16 on cuda) and uses the tiny
+`hw3lib.models.tiny.qwen3_0p6b_config()` (no hub needed) in `--dtype` (bf16 on cuda) and uses the tiny
 tokenizer for the prompts (its ids are valid in the larger vocabulary); vLLM is only run on the
 tiny model, which it can load from disk.
 """
@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_prompts(count: int) -> list[str]:
-    from hw3lib.data import format_prompt, load_gsm8k
+    from hw3lib.tasks.data import format_prompt, load_gsm8k
 
     records = load_gsm8k("test", limit=count)
     if len(records) < count:
@@ -63,7 +63,7 @@ def qwen3_shaped_engine(args, dtype: str, static: bool):
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     from hw3lib.generation import TransformersEngine
-    from hw3lib.tiny import qwen3_0p6b_config, tiny_model_path
+    from hw3lib.models.tiny import qwen3_0p6b_config, tiny_model_path
 
     global _QWEN3_MODEL
     if _QWEN3_MODEL is None:

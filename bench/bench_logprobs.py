@@ -1,4 +1,4 @@
-"""Peak memory and time of `hw3lib.sft.get_response_log_probs` versus a naive full-vocabulary reference.
+"""Peak memory and time of `hw3lib.maths.sft.get_response_log_probs` versus a naive full-vocabulary reference.
 
 Shape: batch 4 x 512 tokens x Qwen3's vocabulary of 151,936 (one float32 copy of the logits is
 1.24 GB). The "model" is an embedding to width 64 and an lm_head to the vocabulary, so the logits
@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hw3lib.sft import compute_entropy, get_response_log_probs  # noqa: E402
+from hw3lib.maths.sft import compute_entropy, get_response_log_probs  # noqa: E402
 
 CONFIGS = [("naive", False), ("naive", True), ("chunked", False), ("chunked", True)]
 

@@ -21,7 +21,7 @@ the steadier single-core measure, and both are printed.
 Expected disagreements, by design:
 - ours 1, reference 0: "<answer> 18 dollars </answer>": math-verify reads the unit word as a
   product of symbols (18*d*o*l*l*a*r*s), which is not 18; we treat trailing words after a number
-  as its unit (unless one of them changes the claim, see `hw3lib.rewards.CLAIM_WORDS`).
+  as its unit (unless one of them changes the claim, see `hw3lib.tasks.rewards.CLAIM_WORDS`).
 - ours 0, reference 1: hedged answers math-verify accepts: `18 or more`, `\\geq 18`,
   `\\approx 18`, and arithmetic left undone such as `17 + 1` or `18 \\cdot 1`.
 Any other disagreement is printed with its response so it can be looked at.
@@ -107,7 +107,7 @@ def main() -> None:
 
     import math_verify  # noqa: F401 - import cost is paid once per process; keep it out of both timings
 
-    from hw3lib import rewards
+    from hw3lib.tasks import rewards
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # the reference warns on its own timeouts
     rows = make_responses(args.n)

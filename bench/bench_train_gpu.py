@@ -1,7 +1,7 @@
 """Speed and memory of the training half of a GRPO step on a Qwen3-0.6B-shaped model (GPU).
 
-What is timed is exactly what `hw3lib.train.train` does after the rollouts are scored, for one
-optimizer step over a rollout batch: `hw3lib.train_step.optimizer_step` (per microbatch the
+What is timed is exactly what `hw3lib.grpo.loop.train` does after the rollouts are scored, for one
+optimizer step over a rollout batch: `hw3lib.grpo.step.optimizer_step` (per microbatch the
 log-probs with the per-token entropy the loop logs, the reinforce_with_baseline loss with
 masked_mean length normalization, backward; then gradient clipping and an AdamW step), in the
 loop's mixed precision on a GPU (float32 master weights and AdamW state, bf16 autocast). Sizes
@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hw3lib.train_config import GRPOConfig  # noqa: E402
-from hw3lib.train_step import optimizer_step  # noqa: E402
+from hw3lib.grpo.config import GRPOConfig  # noqa: E402
+from hw3lib.grpo.step import optimizer_step  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
 
@@ -55,7 +55,7 @@ def peak_tflops(device: torch.device, override: float | None) -> tuple[float | N
 def build_model(small: bool, device: torch.device, dtype: torch.dtype):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from hw3lib.tiny import qwen3_0p6b_config
+    from hw3lib.models.tiny import qwen3_0p6b_config
 
     if small:
         config = Qwen3Config(vocab_size=1024, hidden_size=64, intermediate_size=192, num_hidden_layers=2,

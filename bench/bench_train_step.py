@@ -1,4 +1,4 @@
-"""Time of one GRPO optimizer step: hw3lib.train's loop versus TRL's GRPOTrainer, on the tiny model, CPU.
+"""Time of one GRPO optimizer step: hw3lib.grpo.loop's loop versus TRL's GRPOTrainer, on the tiny model, CPU.
 
 Both do the same work per step: 8 arithmetic questions x 8 samples = a rollout batch of 64,
 sampled at temperature 1 (top-p 1, no top-k) for up to 128 tokens (the untrained tiny model
@@ -11,8 +11,8 @@ its tokens, then over sequences -- the same normalization), `scale_rewards="grou
 and its gradient is reinforce_with_baseline's. TRL generates with transformers `generate` (no
 vLLM) and needs no old log-probs (`steps_per_generation == gradient_accumulation_steps`).
 
-Both sides train the same model object, loaded by `hw3lib.models.load_model_and_tokenizer` (on a
-CPU with `hw3lib.attention`'s grouped-query attention), so the attention kernel is not part of the
+Both sides train the same model object, loaded by `hw3lib.models.load.load_model_and_tokenizer` (on a
+CPU with `hw3lib.models.attention`'s grouped-query attention), so the attention kernel is not part of the
 difference; what differs is everything around the model: rollout generation (our shared-prompt
 prefill, static KV cache and samplers), scoring, and the training forward/backward.
 
@@ -45,9 +45,9 @@ ROLLOUT_BATCH, GROUP, MAX_TOKENS, MIN_TOKENS, ACCUMULATION, LR = 64, 8, 128, 4, 
 
 
 def run_ours(steps: int) -> list[float]:
-    from hw3lib.io import read_jsonl
-    from hw3lib.train import train
-    from hw3lib.train_config import GRPOConfig
+    from hw3lib.core.io import read_jsonl
+    from hw3lib.grpo.loop import train
+    from hw3lib.grpo.config import GRPOConfig
 
     cfg = GRPOConfig.for_profile(
         "smoke", name="bench_train_step", warm_start_steps=0, model="tiny", n_grpo_steps=steps,
@@ -71,9 +71,9 @@ def run_trl(steps: int) -> list[float]:
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
 
-    from hw3lib.data import format_prompt, make_arithmetic_problems
-    from hw3lib.rewards import r1_zero_reward_fn
-    from hw3lib.models import load_model_and_tokenizer
+    from hw3lib.tasks.data import format_prompt, make_arithmetic_problems
+    from hw3lib.tasks.rewards import r1_zero_reward_fn
+    from hw3lib.models.load import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("tiny")
     records = make_arithmetic_problems(4096, seed=0)

@@ -1,10 +1,20 @@
-"""hw3lib: the thin helper package behind the hw3 workbook.
+"""hw3lib: the thin helper package behind the hw3 workbook, one folder per stage of the course.
 
-RL post-training of small language models on verifiable math: data and rewards
-(`hw3lib.data`, `hw3lib.rewards`), the GRPO/SFT maths as pure tensor functions
-(`hw3lib.sft`, `hw3lib.grpo`), rollout engines (`hw3lib.generation`), evaluation
-and Best-of-N (`hw3lib.evaluation`), the training loop (`hw3lib.train`) and the
-kissing-number discovery tools (`hw3lib.kissing`).
+In course order (each folder's own docstring says what is inside):
+
+- `core`        the profile (smoke or full), file helpers, run folders and checkpoints
+- `tasks`       datasets, prompts and rewards (GSM8K, MATH, arithmetic, keywords)
+- `maths`       the course's pure tensor functions: SFT, GRPO, per-token log-probs
+- `models`      resolve a model name and load it; the tiny offline model, warm starts, own transformer
+- `generation`  rollout engines (transformers, vLLM, hw3lib's own model)
+- `evaluation`  zero-shot accuracy, Best-of-N, the failure review, validation, `hw3 eval`
+- `grpo`        the GRPO loop, its config and step, async GRPO on Ray, `hw3 train`
+- `sft`         the SFT runner and expert iteration, `hw3 sft`
+- `keywords`    keyword inclusion on hw3lib's own transformer, `hw3 keyword`
+- `experiments` the course's ablations as named grids, their reports and plots, `hw3 sweep`
+- `kissing`     the 11-dimensional kissing problem: verifier, sandbox, search, LLM loops
+- `workbook`    run every notebook, build the writeup
+- `cli`         the `hw3` command, which gathers the folders' `cli` modules
 
 Submodules are imported on demand so `import hw3lib` stays fast.
 """

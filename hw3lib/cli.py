@@ -17,10 +17,10 @@ def _register() -> None:
     # dependency does not take down the other commands.
     import importlib
 
-    for module_name, name in (("hw3lib.evaluation_cli", "eval"), ("hw3lib.train_cli", "train"),
-                              ("hw3lib.sft_cli", "sft"), ("hw3lib.kissing.cli", "kissing"),
-                              ("hw3lib.keyword_cli", "keyword"),
-                              ("hw3lib.sweep_cli", "sweep")):
+    for module_name, name in (("hw3lib.evaluation.cli", "eval"), ("hw3lib.grpo.cli", "train"),
+                              ("hw3lib.sft.cli", "sft"), ("hw3lib.kissing.cli", "kissing"),
+                              ("hw3lib.keywords.cli", "keyword"),
+                              ("hw3lib.experiments.cli", "sweep")):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -29,6 +29,6 @@ def shared_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The tiny offline Qwen3 model + tokenizer (built once, cached by its settings)."""
-    from hw3lib.tiny import tiny_model_path
+    from hw3lib.models.tiny import tiny_model_path
 
     return tiny_model_path()

@@ -1,4 +1,4 @@
-"""hw3lib.grpo: hand-worked numbers, closed-form float64 gradients and edge cases."""
+"""hw3lib.maths.grpo: hand-worked numbers, closed-form float64 gradients and edge cases."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from hw3lib.grpo import (LENGTH_NORMALIZATIONS, LOSS_INPUTS, LOSS_TYPES, RATIO_LOSSES, compute_grpo_clip_loss,
+from hw3lib.maths.grpo import (LENGTH_NORMALIZATIONS, LOSS_INPUTS, LOSS_TYPES, RATIO_LOSSES, compute_grpo_clip_loss,
                          compute_grpo_no_clip_loss, compute_group_normalized_rewards,
                          compute_naive_policy_gradient_loss, compute_policy_gradient_loss, grpo_microbatch_train_step)
-from hw3lib.sft import masked_mean, masked_normalize
+from hw3lib.maths.sft import masked_mean, masked_normalize
 
 F64 = torch.float64
 
@@ -270,8 +270,8 @@ def test_microbatch_gradcheck_float64_constant_normalization_and_empty_rows():
 
 def test_microbatch_all_responses_empty_follows_the_reference():
     """The course function gives the reference's NaN; the loop's own assembly gives 0 and no gradient."""
-    from hw3lib.train_config import GRPOConfig
-    from hw3lib.train_step import microbatch_loss
+    from hw3lib.grpo.config import GRPOConfig
+    from hw3lib.grpo.step import microbatch_loss
 
     adv, log_probs, old = clip_example()
     mask = torch.zeros(2, 3, dtype=torch.bool)
@@ -287,7 +287,7 @@ def test_microbatch_all_responses_empty_follows_the_reference():
 
 
 def test_loss_table_is_the_one_source():
-    import hw3lib.train_config as train_config
+    import hw3lib.grpo.config as train_config
 
     assert LOSS_TYPES == tuple(LOSS_INPUTS) == ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
     assert RATIO_LOSSES == ("grpo_clip", "grpo_no_clip")

@@ -1,4 +1,5 @@
-"""No import cycles inside hw3lib: the module graph, built statically from the AST, must be acyclic.
+"""No import cycles inside hw3lib, and the layering of its folders: the module graph, built statically
+from the AST, must be acyclic, and each folder may import only the folders below it (LAYERS).
 
 Every `import` / `from ... import` statement counts, wherever it is: at the top of a module, inside
 a function (a "lazy" import still makes the two modules depend on each other), under
@@ -240,6 +241,79 @@ def test_graph_sees_the_known_edges():
     # the lazy __getattr__ / make_engine imports are edges from the package to its engines
     assert {"hw3lib.generation.base", "hw3lib.generation.hf_engine", "hw3lib.generation.vllm_engine"} <= set(
         graph["hw3lib.generation"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Layering: the folders in course order, each importing only what sits below it
+
+ALL = {"core", "tasks", "maths", "models", "generation", "evaluation", "grpo", "sft", "keywords", "experiments",
+       "kissing", "workbook"}
+BASE = {"core", "tasks", "maths", "models", "generation", "evaluation"}
+LAYERS = {
+    "core": set(),  # the profile, files, run folders: nothing of hw3lib
+    "maths": set(),  # the course's pure functions: nothing of hw3lib
+    "tasks": {"core"},  # data and rewards never see a model
+    "models": {"core", "tasks", "maths"},
+    "generation": {"core", "tasks", "maths", "models"},
+    "evaluation": {"core", "tasks", "maths", "models", "generation"},
+    "grpo": BASE,
+    "sft": BASE,  # SFT and expert iteration never import the GRPO loop
+    "keywords": BASE | {"grpo", "sft"},
+    "experiments": BASE | {"grpo", "sft"},
+    "kissing": {"core"},  # the discovery problem stands alone
+    "workbook": ALL,  # the top, with the root `hw3lib.cli`
+}
+
+
+def folder_of(module: str) -> str:
+    """`hw3lib.grpo.loop` -> `grpo`; modules at the package root (`hw3lib`, `hw3lib.cli`) -> `(root)`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ALL) else "(root)"
+
+
+def layering_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    """`a -> b (line n)` for every import across folders that LAYERS does not allow, and every import of a
+    `cli` module or of `workbook` from anywhere but the root `hw3lib.cli` (they sit on top)."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        here = folder_of(module)
+        for target, line in sorted(targets.items()):
+            there = folder_of(target)
+            if here == "(root)" or here == there:
+                if target.endswith(".cli") and module != "hw3lib.cli" and not module.endswith(".cli"):
+                    bad.append(f"{module} -> {target} (line {line}): only the CLIs import a CLI")
+                continue
+            if there == "(root)" or there not in LAYERS.get(here, set()):
+                bad.append(f"{module} -> {target} (line {line}): {here} may import {sorted(LAYERS.get(here, ()))}")
+            elif target.endswith(".cli") and not module.endswith(".cli"):
+                bad.append(f"{module} -> {target} (line {line}): only the CLIs import a CLI")
+    return bad
+
+
+def test_hw3lib_folders_follow_the_layers():
+    modules = discover_modules(PACKAGE_DIR)
+    assert {folder_of(m) for m in modules} == ALL | {"(root)"}, "a folder is missing from LAYERS"
+    root_modules = sorted(m for m in modules if folder_of(m) == "(root)")
+    assert root_modules == ["hw3lib", "hw3lib.cli"], f"only __init__ and cli sit at the package root: {root_modules}"
+    bad = layering_violations(import_edges(modules))
+    assert not bad, "imports against hw3lib's layering:\n" + "\n".join(bad)
+
+
+def test_layering_check_catches_an_upward_import():
+    graph = {"hw3lib.sft.loop": {"hw3lib.grpo.loop": 3, "hw3lib.core.io": 1},
+             "hw3lib.maths.grpo": {"hw3lib.core.io": 7}, "hw3lib.tasks.data": {"hw3lib.grpo.cli": 9},
+             "hw3lib.grpo.cli": {"hw3lib.sft.cli": 2}, "hw3lib.cli": {"hw3lib.grpo.cli": 1}}
+    assert layering_violations(graph) == [
+        "hw3lib.grpo.cli -> hw3lib.sft.cli (line 2): grpo may import "
+        "['core', 'evaluation', 'generation', 'maths', 'models', 'tasks']",
+        "hw3lib.maths.grpo -> hw3lib.core.io (line 7): maths may import []",
+        "hw3lib.sft.loop -> hw3lib.grpo.loop (line 3): sft may import "
+        "['core', 'evaluation', 'generation', 'maths', 'models', 'tasks']",
+        "hw3lib.tasks.data -> hw3lib.grpo.cli (line 9): tasks may import ['core']",
+    ]
+    # a module importing another folder's CLI it may otherwise import is still refused
+    assert layering_violations({"hw3lib.keywords.recipe": {"hw3lib.grpo.cli": 4}}) == [
+        "hw3lib.keywords.recipe -> hw3lib.grpo.cli (line 4): only the CLIs import a CLI"]
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:

@@ -1,4 +1,4 @@
-"""hw3lib.sft: hand-worked numbers, naive references and float64 gradient checks."""
+"""hw3lib.maths.sft: hand-worked numbers, naive references and float64 gradient checks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from hw3lib.sft import (compute_entropy, get_response_log_probs, masked_mean, masked_mean_or_zero, masked_normalize,
+from hw3lib.maths.sft import (compute_entropy, get_response_log_probs, masked_mean, masked_mean_or_zero, masked_normalize,
                         pack_prompt_and_output_ids, sft_microbatch_train_step, tokenize_prompt_and_output)
 
 INF = float("inf")
@@ -74,7 +74,7 @@ def test_tokenize_errors():
         tokenize_prompt_and_output(["a"], ["c"], word_tokenizer(pad_token=None))
 
 
-# --- pack_prompt_and_output_ids (ported from tests/test_train.py::rollout_tensors) ------------------
+# --- pack_prompt_and_output_ids (ported from tests/grpo/test_loop.py::rollout_tensors) ------------------
 
 def test_pack_prompt_and_output_ids_hand_worked():
     out = pack_prompt_and_output_ids([[1, 2], [3]], [[4, 5, 6], [7]], pad_id=0)

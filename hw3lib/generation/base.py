@@ -17,7 +17,7 @@ Both engines follow vLLM's conventions, so a rollout means the same thing whiche
   from: softmax(logits / temperature) after the min-tokens EOS ban and top-p (vLLM's
   `processed_logprobs`); at temperature 0 (greedy) the unscaled logits after the ban. With
   top_p = 1 and past the first `min_tokens` tokens that is exactly what the trainer computes
-  from the policy's logits divided by the sampling temperature (hw3lib.logprobs), so the
+  from the policy's logits divided by the sampling temperature (hw3lib.maths.logprobs), so the
   engine/trainer mismatch the training loop logs is numerical only (dtype, kernels).
 """
 
@@ -27,6 +27,10 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where it is used: this module stays light
+    import torch
 
 FINISH_REASONS = ("stop", "eos", "length")
 
@@ -207,3 +211,44 @@ def copy_named_tensors(model, named_tensors) -> int:
                 target.copy_(tensor)
                 copied += 1
     return copied
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask)`, both `[B, L]`, with every row left-padded so that each continuation
+    starts at column L (the longest row's length)."""
+    import torch
+
+    width = max(len(ids) for ids in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # [B, L]
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, L]
+    for row, ids in enumerate(rows):
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention_mask[row, width - len(ids):] = 1
+    return input_ids, attention_mask
+
+
+class InProcessEngine:
+    """What the two engines that run a model in this process (transformers, hw3lib's own) share: `generate`
+    splits the prompts' `n` samples into batches of `batch_size` rows, each with its own derived seed, in
+    eval mode, and regroups the samples by prompt. Subclasses set `model`, `tokenizer`, `max_model_len`,
+    `batch_size`, `progress` and implement `_generate_batch(rows, sampling, seed)`."""
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingConfig = SamplingConfig()) -> list[list[Sample]]:
+        """For each prompt, `sampling.n` samples (in prompt order)."""
+        from tqdm.auto import tqdm
+
+        encoded = encode_prompts(self.tokenizer, prompts, self.max_model_len)
+        rows = [ids for ids in encoded for _ in range(sampling.n)]  # sample j of prompt i is row i * n + j
+        starts = range(0, len(rows), self.batch_size)
+        samples: list[Sample] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch_index, start in enumerate(tqdm(starts, desc="generate", unit="batch",
+                                                     disable=not self.progress or len(starts) < 2)):
+                seed = None if sampling.seed is None else derive_seed(sampling.seed, batch_index)
+                samples.extend(self._generate_batch(rows[start:start + self.batch_size], sampling, seed))
+        finally:
+            self.model.train(was_training)
+        return [samples[i * sampling.n:(i + 1) * sampling.n] for i in range(len(encoded))]
+

@@ -31,12 +31,12 @@ sampled token's entry when the next step reveals it. Tests check it against both
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import torch
 
-from hw3lib.generation.base import (Sample, SamplingConfig, copy_named_tensors, derive_seed, encode_prompts,
-                                    finish_continuation)
+from hw3lib.generation.base import (InProcessEngine, Sample, SamplingConfig, copy_named_tensors, finish_continuation,
+                                    left_padded)
 
 
 class SampledLogprobRecorder:
@@ -118,7 +118,7 @@ class ContinuationStopStrings:
         return self.criteria(continuation, scores)  # [B]
 
 
-class TransformersEngine:
+class TransformersEngine(InProcessEngine):
     """Rollouts with transformers' `generate` (see the module docstring)."""
 
     def __init__(self, model="tiny", tokenizer=None, *, device: str = "cpu", dtype: str = "float32",
@@ -131,7 +131,7 @@ class TransformersEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-            from hw3lib.models import load_model_and_tokenizer
+            from hw3lib.models.load import load_model_and_tokenizer
 
             self.model_name = str(model)
             model, loaded_tokenizer = load_model_and_tokenizer(str(model), device=device, dtype=dtype)
@@ -152,36 +152,13 @@ class TransformersEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def generate(self, prompts: Sequence[str], sampling: SamplingConfig = SamplingConfig()) -> list[list[Sample]]:
-        """For each prompt, `sampling.n` samples (in prompt order)."""
-        from tqdm.auto import tqdm
-
-        encoded = encode_prompts(self.tokenizer, prompts, self.max_model_len)
-        rows = [ids for ids in encoded for _ in range(sampling.n)]  # sample j of prompt i is row i * n + j
-        starts = range(0, len(rows), self.batch_size)
-        samples: list[Sample] = []
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for batch_index, start in enumerate(tqdm(starts, desc="generate", unit="batch",
-                                                     disable=not self.progress or len(starts) < 2)):
-                seed = None if sampling.seed is None else derive_seed(sampling.seed, batch_index)
-                samples.extend(self._generate_batch(rows[start:start + self.batch_size], sampling, seed))
-        finally:
-            self.model.train(was_training)
-        return [samples[i * sampling.n:(i + 1) * sampling.n] for i in range(len(encoded))]
-
     def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Sample]:
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
         from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
         device = self.device
-        width = max(len(ids) for ids in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # [B, L]
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, L]
-        for row, ids in enumerate(rows):  # left padding: every continuation starts at column `width`
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention_mask[row, width - len(ids):] = 1
+        input_ids, attention_mask = left_padded(rows, self.pad_id)  # [B, L] each
+        width = input_ids.shape[1]  # left padding: every continuation starts at column `width`
         budgets = [min(sampling.max_tokens, self.max_model_len - len(ids)) for ids in rows]
 
         recorder = SampledLogprobRecorder()

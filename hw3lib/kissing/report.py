@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hw3lib.io import DataFileError, atomic_write_text, save_figure
+from hw3lib.core.io import DataFileError, atomic_write_text, save_figure
 from hw3lib.kissing.replies import strip_thinking
 
 KNOWN_BOUNDS = {"classical": 582, "Ganzhinov 2022": 592, "AlphaEvolve 2025": 593}

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw3lib.io import atomic_write_json
+from hw3lib.core.io import atomic_write_json
 from hw3lib.kissing.constructions import best_known_construction
 # IndependentSet stays importable from here (tests import it with the rest of the search).
 from hw3lib.kissing.independent_set import IndependentSet, grow_independent_set  # noqa: F401
@@ -279,7 +279,7 @@ def build_best_program(iterations: int = 5000, seed: int = 0, progress: bool = T
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from hw3lib.io import atomic_write_text, project_root
+    from hw3lib.core.io import atomic_write_text, project_root
 
     parser = argparse.ArgumentParser(prog="python -m hw3lib.kissing.search", description=__doc__.splitlines()[0])
     parser.add_argument("--write-program", action="store_true", help="rebuild data/kissing_number/program.py")

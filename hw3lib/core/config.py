@@ -1,0 +1,255 @@
+"""What every training run's config shares: `RunConfig`, the base of GRPOConfig, SFTConfig and EIConfig.
+
+The fields here mean the same in every run (model, data, precision, devices, the optimizer, validation,
+checkpointing, seed) and are documented once, here; each subclass adds its own fields and may give a
+shared field another default. The methods (`replace`, `to_dict`, `describe`, `from_dict`, `load`,
+`for_profile`) and the common checks are written once too. Configs are frozen; derived values are
+computed once in `__post_init__` and saved with the config.
+
+`for_profile(name)` starts from the profile's model, precision, engine and devices
+(hw3lib.core.profile), adds the class's `_SMOKE` settings in the smoke profile, then the overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+ENGINES = ("vllm", "transformers")
+BUILTIN_DATASETS = ("gsm8k", "arithmetic")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    # --- run identity -------------------------------------------------------------------------
+    name: str = "run"
+    """Run name: outputs go to `runs/<name>/` (config.json, metrics.jsonl, samples/, checkpoints/); `<grid>/<config>`
+    for the runs of an experiment grid (hw3lib.experiments.grids)."""
+    profile: str = "full"
+    """`smoke` (CPU, tiny model, arithmetic) or `full` (GPU, the course's settings); informational once built."""
+    seed: int = 0
+    """Seed of everything random in the run: the questions or traces drawn, the rollouts (each step seeds its
+    own sampling), the batch order, the held-out questions and torch."""
+
+    # --- model, data, prompt --------------------------------------------------------------------
+    model: str = "Qwen/Qwen3-0.6B"
+    """Initial policy: `tiny`, `tiny-sft`, a hub id or a local directory (also the frozen KL reference). `for_profile`
+    picks the profile's `math_model` when `dataset` is a MATH source and no model is given."""
+    dtype: str = "bfloat16"
+    """Compute precision. `bfloat16` (GPU): float32 master weights and AdamW state, forward and backward
+    under bf16 autocast (hw3lib.maths.logprobs.autocast_for), bf16 copies pushed to the rollout engine (an
+    optimizer step taken on bf16 weights would round most lr-1e-5 updates away). `float32` (CPU): float32
+    everywhere, and the transformers engine wraps the policy module itself."""
+    dataset: str = "gsm8k"
+    """Training questions (or SFT traces): `gsm8k` (SFT: the train split's worked solutions), `arithmetic`
+    (synthetic two-number word problems; SFT: their one-line working), or a MATH source read by
+    `hw3lib.tasks.data.load_math` (ground truth: the solution's last `\\boxed{}`): `math` (the source named by
+    $HW3_MATH_DATA), a `.jsonl` file, a folder holding `train.jsonl`/`test.jsonl`, or a hub dataset id
+    (`owner/name`, splits `train` and `test`). See `hw3lib.tasks.data.load_task`. GRPO's keyword inclusion
+    (prompt `keyword`): `keyword` (the procedural dataset) or a folder written by `hw3 keyword data`."""
+    eval_dataset: str | None = None
+    """Held-out questions: any MATH source as for `dataset` (split `test`; `{"question", "gold"}` jsonl lines work
+    too). None: GSM8K's test split / fresh arithmetic problems / a MATH folder's or hub id's `test` split / a
+    single jsonl's last `n_eval_examples` rows."""
+    n_train_examples: int | None = None
+    """Cap on training records (None: all; arithmetic: how many problems to generate)."""
+    arithmetic_max_operand: int = 99
+    """Largest operand of the synthetic arithmetic problems."""
+    prompt: str = "r1_zero"
+    """Prompt template (hw3lib.tasks.prompt_table): `r1_zero`, `question_only` or `keyword`; it also picks
+    the matching reward function and stop strings. SFT and expert iteration take `r1_zero` only."""
+
+    # --- rollout engine ----------------------------------------------------------------------------
+    engine: str = "vllm"
+    """Rollout engine (rollouts and validation): `vllm` (full) or `transformers` (smoke: wraps the policy
+    module itself)."""
+    policy_device: str = "cuda:0"
+    """Torch device of the policy being trained."""
+    rollout_device: str = "cuda:0"
+    """Device of the rollout engine: the policy's GPU (colocated) or a second GPU."""
+    gpu_memory_utilization: float = 0.85
+    """Fraction of the rollout device's memory vLLM may take (colocated: leave room for training)."""
+    generation_batch_size: int = 64
+    """Sequences per `generate` call of the transformers engine (memory: KV cache); vLLM schedules its own."""
+
+    # --- optimisation -------------------------------------------------------------------------------
+    learning_rate: float = 1e-5
+    """AdamW (peak) learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping threshold on the global L2 norm."""
+    train_batch_size: int = 256
+    """Sequences per optimizer step (GRPO: responses; SFT: traces; EI: kept rollouts)."""
+    gradient_accumulation_steps: int = 128
+    """Microbatches per optimizer step."""
+
+    # --- evaluation, logging, checkpoints --------------------------------------------------------
+    eval_every: int = 10
+    """Validate every this many steps (GRPO steps, SFT optimizer steps, EI rounds), before the first and
+    after the last."""
+    n_eval_examples: int = 1024
+    """Held-out questions per validation (the course: >= 1,024 in the full profile)."""
+    eval_temperature: float = 0.0
+    """Validation sampling temperature; 0 = greedy decoding (a deterministic, low-variance estimate)."""
+    sampling_max_tokens: int = 1024
+    """Generation budget per response (rollouts and validation); responses that hit it count as truncated."""
+    n_eval_samples_saved: int = 4
+    """Validation rollouts written to `samples/step_XXXX.jsonl` each time (SFT and EI also write every
+    validation generation to `generations/`)."""
+    checkpoint_every: int = 20
+    """Save a resumable checkpoint every this many steps (and at the end); 0: only at the end."""
+    wandb_project: str | None = None
+    """Also log to this Weights & Biases project (None: off; wandb is only imported when set)."""
+
+    # --- derived (computed once in __post_init__, saved with the config) ------------------------------
+    micro_train_batch_size: int = field(init=False)
+    """train_batch_size // gradient_accumulation_steps."""
+
+    COUNTER: ClassVar[str] = "step"
+    """The state counter the run's steps are numbered by (and checkpoints named after): hw3lib.core.lifecycle."""
+    TOTAL_FIELD: ClassVar[str] = ""
+    """The field holding how many steps the run takes (each subclass names its own)."""
+    _SMOKE: ClassVar[dict] = {}
+    """The smoke profile's settings (each subclass sets its own, with the reasons beside them)."""
+    _EXTRA_DATASETS: ClassVar[tuple[str, ...]] = ()
+    """Dataset names this kind of run accepts besides the built-in and MATH ones."""
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        object.__setattr__(self, "micro_train_batch_size", self.train_batch_size // self.gradient_accumulation_steps)
+
+    def _need(self, ok: bool, message: str) -> None:
+        if not ok:
+            raise ValueError(f"{type(self).__name__}: {message}")
+
+    def _check_common(self) -> None:
+        """Checks of the shared fields; each message names the clashing values."""
+        need = self._need
+        for name in ("train_batch_size", "gradient_accumulation_steps", "sampling_max_tokens", "n_eval_examples",
+                     "eval_every", "generation_batch_size"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and value >= 1, f"{name} must be a positive int, got {value!r}")
+        need(self.train_batch_size % self.gradient_accumulation_steps == 0,
+             f"train_batch_size={self.train_batch_size} must be divisible by "
+             f"gradient_accumulation_steps={self.gradient_accumulation_steps}")
+        need(self.engine in ENGINES, f"engine={self.engine!r}: choose one of {', '.join(ENGINES)}")
+        need(isinstance(self.dataset, str) and self.dataset.strip() != "" and (
+                 self.dataset in (*BUILTIN_DATASETS, "math", *self._EXTRA_DATASETS) or self.dataset.endswith(".jsonl")
+                 or "/" in self.dataset or Path(self.dataset).is_dir()),
+             f"dataset={self.dataset!r}: choose gsm8k, arithmetic, math (the MATH data named by $HW3_MATH_DATA), "
+             "a MATH-style .jsonl file of {problem, solution} records, a folder holding train.jsonl and "
+             "test.jsonl, or a hub dataset id such as HuggingFaceH4/MATH-500")
+        need(self.dtype in ("float32", "bfloat16", "float16"),
+             f"dtype={self.dtype!r}: choose float32, bfloat16 or float16")
+        need(self.learning_rate > 0 and self.max_grad_norm > 0,
+             f"learning_rate={self.learning_rate} and max_grad_norm={self.max_grad_norm} must be > 0")
+        need(self.checkpoint_every >= 0, f"checkpoint_every={self.checkpoint_every} must be >= 0")
+        need(self.eval_temperature >= 0, f"eval_temperature={self.eval_temperature} must be >= 0 (0: greedy)")
+        need(0.0 < self.gpu_memory_utilization <= 1.0,
+             f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        # One level of grouping is allowed: a grid's runs are named `<grid>/<config>` (hw3lib.experiments.grids).
+        need(isinstance(self.name, str) and self.name.count("/") <= 1
+             and all(part and part not in (".", "..") for part in self.name.split("/")),
+             f"name={self.name!r} must be a plain folder name, or `<group>/<name>` (it becomes runs/<name>)")
+
+    # --- convenience ------------------------------------------------------------------------------
+    @property
+    def total_steps(self) -> int:
+        """The number of steps the run takes (GRPO steps, SFT optimizer steps, EI rounds)."""
+        return getattr(self, self.TOTAL_FIELD)
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """The whole config, one `field = value` per line (printed at the start of every run)."""
+        return "\n".join(f"  {key} = {value!r}" for key, value in self.to_dict().items())
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """Rebuild from `to_dict()` output (derived fields are recomputed; unknown keys are an error)."""
+        init_fields = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"{cls.__name__}.from_dict: unknown fields {sorted(unknown)}; "
+                             "was the config saved by a different version of hw3lib?")
+        kwargs = {key: value for key, value in data.items() if key in init_fields}
+        if "adam_betas" in kwargs:
+            kwargs["adam_betas"] = tuple(kwargs["adam_betas"])  # JSON turns the tuple into a list
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, path: str | Path):
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read a {cls.__name__} ({exc})") from None
+
+    @classmethod
+    def for_profile(cls, profile_name: str | None = None, **overrides):
+        """The settings of a profile (`smoke` or `full`; None: $HW3_PROFILE / GPU present), with overrides.
+
+        A MATH `dataset` (anything but gsm8k and arithmetic) trains the profile's `math_model` unless
+        `model` is among the overrides.
+        """
+        from hw3lib.core.profile import get_profile
+
+        prof = get_profile(profile_name)
+        device = "cuda:0" if prof.device == "cuda" else prof.device
+        base = {"profile": prof.name, "model": prof.model, "dtype": prof.dtype, "engine": prof.engine,
+                "policy_device": device, "rollout_device": device,
+                "gpu_memory_utilization": prof.gpu_memory_utilization, "seed": prof.seed}
+        if prof.name == "smoke":
+            base.update(cls._SMOKE)
+        if overrides.get("dataset", base.get("dataset")) not in (*BUILTIN_DATASETS, None) and "model" not in overrides:
+            base["model"] = prof.math_model
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls) if f.init}
+        if unknown:
+            raise ValueError(f"{cls.__name__}.for_profile: unknown settings {sorted(unknown)}")
+        return cls(**{**base, **overrides})
+
+
+@dataclass(frozen=True)
+class RolloutRunConfig(RunConfig):
+    """A run that samples groups of rollouts from a (possibly warm-started) policy: GRPO and expert iteration."""
+
+    # --- optional SFT warm start (smoke profile: so the tiny model's reward is not always zero) ---
+    warm_start_steps: int = 0
+    """SFT steps on arithmetic solutions before the first step (0: start from `model` directly). Cached by its
+    settings, so GRPO and expert iteration with the same settings start from one policy."""
+    warm_start_lr: float = 1e-3
+    """SFT learning rate of the warm start."""
+    warm_start_batch_size: int = 32
+    """SFT batch size of the warm start."""
+    warm_start_examples: int = 2048
+    """Arithmetic problems the warm start trains on (a different seed from the run's questions)."""
+
+    # --- rollouts --------------------------------------------------------------------------------
+    group_size: int = 8
+    """Responses sampled per question (G); GRPO normalizes advantages within each group."""
+    sampling_temperature: float = 1.0
+    """Rollout sampling temperature."""
+    sampling_min_tokens: int = 4
+    """Minimum response length (the course: 4, so no empty responses)."""
+
+    def _check_common(self) -> None:
+        super()._check_common()
+        need = self._need
+        need(isinstance(self.group_size, int) and self.group_size >= 1,
+             f"group_size must be a positive int, got {self.group_size!r}")
+        need(self.sampling_temperature > 0, f"sampling_temperature={self.sampling_temperature} must be > 0 "
+             "(rollouts must be sampled; greedy rollouts would make the G samples of a question identical)")
+        need(0 <= self.sampling_min_tokens <= self.sampling_max_tokens,
+             f"sampling_min_tokens={self.sampling_min_tokens} must be between 0 and "
+             f"sampling_max_tokens={self.sampling_max_tokens}")
+        need(self.warm_start_steps >= 0, f"warm_start_steps={self.warm_start_steps} must be >= 0")

@@ -1,0 +1,240 @@
+"""The one run lifecycle of GRPO, SFT and expert iteration: `open_run`, `TrainingRun`, `RunResult`.
+
+Every training loop in hw3lib does the same things around its own step, in this order:
+
+1. `open_run`: the run folder by the rules of hw3lib.core.runs -- a finished run with the same settings
+   is read back (no model is loaded), an interrupted one continues with `resume=True`, anything else is
+   refused unless `overwrite=True`;
+2. `TrainingRun(...)`: write `config.json`; take the float32 policy the loop loaded (from
+   `policy_source(initial)`: the checkpoint's weights, or the initial model) and build its AdamW; a
+   fresh run seeds every RNG, a resumed one restores the optimizer, the RNGs and `metrics.jsonl`;
+3. `catch_up(validate)`: the validation due at the starting step, when it is missing (a fresh run's
+   step 0, or one a Ctrl-C cut short);
+4. per step: `log(row)` the metrics, `complete_step(...)` the counters, then `after_step(validate)`
+   validates when due and checkpoints when due;
+5. on Ctrl-C, `save_interrupted()` checkpoints the last completed step (updates an unfinished step
+   already made are flagged as a partial step; that step is redone on resume);
+6. `result()` / `read_result(...)`: one `RunResult` type for all three.
+
+The loops stay explicit -- each calls these in its own `for` loop and passes its own validation
+function in. Steps are counted by the config's `COUNTER` (`grpo_step`, `step`, `round`) up to
+`cfg.total_steps`; checkpoints are named after it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir
+from hw3lib.core.runs import (METRICS_FILE, WandbLink, config_differences, delete_outputs, has_outputs,
+                              latest_checkpoint, load_checkpoint, metrics_rows, refuse_existing, rng_state,
+                              save_checkpoint, seed_everything)
+
+COUNTER_WORDS = {"grpo_step": "GRPO step", "step": "step", "round": "round"}
+
+
+@dataclass
+class RunResult:
+    """What a finished (or resumed-and-finished) GRPO, SFT or expert-iteration run leaves behind."""
+
+    run_dir: Path
+    config: Any
+    metrics: list[dict]
+    """Every row of metrics.jsonl (training rows have `train/loss`; validation rows `eval/answer_reward`)."""
+    steps: int
+    """Steps completed, counted by the config's COUNTER: GRPO steps, SFT optimizer steps or EI rounds."""
+    optimizer_steps: int
+    skipped_steps: int
+    """Optimizer steps whose loss or gradient norm was not finite (no update)."""
+    elapsed_s: float
+    """Wall-clock seconds of the loop (across resumes; excludes model loading and the warm start)."""
+    checkpoint: Path | None
+
+    @property
+    def grpo_steps(self) -> int:
+        """`steps`, under the name GRPO readers use."""
+        return self.steps
+
+    @property
+    def train_rows(self) -> list[dict]:
+        return [row for row in self.metrics if "train/loss" in row]
+
+    @property
+    def eval_rows(self) -> list[dict]:
+        return [row for row in self.metrics if "eval/answer_reward" in row]
+
+
+def read_result(run_dir: Path, cfg, state: dict) -> RunResult:
+    """The RunResult of `run_dir` as its files and the step counters `state` describe it."""
+    return RunResult(run_dir=run_dir, config=cfg, metrics=metrics_rows(run_dir), steps=state[cfg.COUNTER],
+                     optimizer_steps=state.get("optimizer_step", state.get("step", 0)),
+                     skipped_steps=state.get("skipped_steps", 0), elapsed_s=state["elapsed_s"],
+                     checkpoint=latest_checkpoint(run_dir))
+
+
+def validation_logged(rows: Sequence[dict], counter: str, value: int) -> bool:
+    """Whether the validation at `counter == value` is among the metrics rows (a Ctrl-C during a
+    validation leaves the step's checkpoint without its validation row)."""
+    return any("eval/answer_reward" in row and row.get(counter) == value for row in rows)
+
+
+def open_run(run_dir: Path, cfg, resume: bool, overwrite: bool) -> tuple[Path | None, dict | None]:
+    """Apply the folder rules of hw3lib.core.runs: `(checkpoint to resume or None, state of a finished
+    run to reuse or None)`. Settings that do not change what a run computes (`RESUMABLE_CHANGES`) may
+    differ on resume; a run is finished when its counter reached `cfg.total_steps` and that validation
+    is logged."""
+    if resume and overwrite:
+        raise ValueError("resume=True and overwrite=True contradict each other: pick one")
+    if overwrite:
+        if has_outputs(run_dir):
+            delete_outputs(run_dir)
+        return None, None
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        if has_outputs(run_dir):
+            raise refuse_existing(run_dir, "outputs but no checkpoint: it stopped before its first one, so "
+                                           "resume=True has nothing to continue from")
+        return None, None
+    state = json.loads((checkpoint / "state.json").read_text())
+    saved = json.loads((checkpoint / "config.json").read_text())
+    counter, total = cfg.COUNTER, cfg.total_steps
+    finished = state[counter] == total and validation_logged(metrics_rows(run_dir), counter, total)
+    differing = config_differences(saved, cfg.to_dict())
+    if not resume and not (finished and not differing):
+        why = f"checkpoint at {COUNTER_WORDS[counter]} {state[counter]} of {saved.get(cfg.TOTAL_FIELD)}"
+        raise refuse_existing(run_dir, why + (f"; settings differ: {', '.join(differing)}" if differing else ""))
+    if differing:
+        raise ValueError(f"cannot resume {checkpoint}: the config differs ({', '.join(differing)}); use the "
+                         "saved settings, or a new run name")
+    if state[counter] > total:
+        raise ValueError(f"cannot resume {checkpoint}: it is past {cfg.TOTAL_FIELD}={total}")
+    if finished:
+        state.pop("partial_step", None)
+        return checkpoint, state
+    return checkpoint, None
+
+
+def policy_source(checkpoint: Path | None, initial: str) -> str:
+    """Where the policy loads from: the checkpoint's float32 weights, or the initial model."""
+    return str(checkpoint / "policy") if checkpoint is not None else str(initial)
+
+
+class TrainingRun:
+    """One run being trained: its float32 policy and AdamW, the step counters (`state`), the clock,
+    `metrics.jsonl` (and wandb), validation and checkpoints when due, the Ctrl-C checkpoint.
+
+    `policy`/`tokenizer` are loaded by the caller from `policy_source(checkpoint, initial)`;
+    `fresh_state` holds the counters of a new run (at least the config's COUNTER and `elapsed_s`).
+    """
+
+    def __init__(self, cfg, run_dir: Path, checkpoint: Path | None, policy, tokenizer, fresh_state: dict) -> None:
+        self.cfg, self.run_dir, self.policy, self.tokenizer = cfg, run_dir, policy, tokenizer
+        self.counter, self.total = cfg.COUNTER, cfg.total_steps
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(run_dir / "config.json", cfg.to_dict())
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                           betas=cfg.adam_betas)
+        if checkpoint is None:
+            self.state = dict(fresh_state)
+            seed_everything(cfg.seed)
+        else:
+            self.state = load_checkpoint(checkpoint, self.optimizer, run_dir)  # also restores RNGs and metrics.jsonl
+            print(f"resumed from {checkpoint} at {COUNTER_WORDS[self.counter]} {self.state[self.counter]}",
+                  flush=True)
+        project = getattr(cfg, "wandb_project", None)
+        self.wandb = WandbLink(project, run_dir, cfg.name, cfg.to_dict()) if project else None
+        self.rows_so_far = metrics_rows(run_dir)  # as the checkpoint restored them
+        self.logged_rows = len(self.rows_so_far)
+        self.start_clock()
+        # The state at the last completed step: what an interruption's checkpoint records.
+        self.boundary = {"state": dict(self.state), "rng": rng_state(), "weights_changed": False}
+
+    @property
+    def version(self) -> int:
+        """Completed steps (the config's COUNTER): the version of the policy's weights."""
+        return self.state[self.counter]
+
+    def start_clock(self) -> None:
+        """(Re)start the run's wall clock, continuing from the checkpoint's elapsed time."""
+        self.loop_started = time.perf_counter() - self.state["elapsed_s"]
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.loop_started
+
+    def log(self, row: dict) -> None:
+        """Append one metrics row (and send it to wandb once)."""
+        append_jsonl(self.run_dir / METRICS_FILE, row)
+        if self.wandb is not None:
+            self.wandb.send(self.logged_rows, row)
+        self.logged_rows += 1
+
+    def weights_changed(self) -> None:
+        """The current (unfinished) step has updated the weights: an interruption now leaves a partial step."""
+        self.boundary["weights_changed"] = True
+
+    def complete_step(self, **counters: int) -> None:
+        """The step is done and logged: advance the counters and the clock; Ctrl-C now keeps this state."""
+        self.state.update(counters, elapsed_s=self.clock())
+        self.boundary = {"state": dict(self.state), "rng": rng_state(), "weights_changed": False}
+
+    def validation_due(self, value: int | None = None) -> bool:
+        """Validation runs before the first step, every `eval_every` steps and after the last."""
+        value = self.version if value is None else value
+        return value == 0 or value % self.cfg.eval_every == 0 or value == self.total
+
+    def catch_up(self, validate: Callable[[], None]) -> None:
+        """Run the validation due at the current step if it is missing, and checkpoint a run this finishes."""
+        if self.validation_due() and not validation_logged(self.rows_so_far, self.counter, self.version):
+            validate()
+            if self.version == self.total:
+                self.save()
+
+    def after_step(self, validate: Callable[[], None]) -> None:
+        """After a completed step: validate when due (the clock then includes it), checkpoint when due."""
+        if self.validation_due():
+            validate()
+            self.boundary["state"]["elapsed_s"] = self.state["elapsed_s"] = self.clock()
+        if self.version == self.total or (self.cfg.checkpoint_every and self.version % self.cfg.checkpoint_every == 0):
+            self.save()
+
+    def save(self) -> Path:
+        return save_checkpoint(self.run_dir, self.policy, self.tokenizer, self.optimizer, self.state, rng_state(),
+                               step=self.version)
+
+    def save_interrupted(self) -> Path:
+        """Checkpoint the last completed step after an interruption (see the module docstring)."""
+        saved = save_checkpoint(self.run_dir, self.policy, self.tokenizer, self.optimizer, self.boundary["state"],
+                                self.boundary["rng"], partial_step=self.boundary["weights_changed"],
+                                step=self.boundary["state"][self.counter])
+        print(f"interrupted: checkpoint saved to {saved}; continue with resume=True", flush=True)
+        return saved
+
+    def close(self) -> None:
+        if self.wandb is not None:
+            self.wandb.finish()
+
+    def result(self) -> RunResult:
+        return read_result(self.run_dir, self.cfg, self.state)
+
+
+def start_message(kind: str, cfg, run_dir: Path) -> None:
+    """Print where the run goes and its whole config (every run starts with this)."""
+    print(f"{kind} run '{cfg.name}' -> {run_dir}\n{cfg.describe()}", flush=True)
+
+
+def reuse_message(cfg, run_dir: Path) -> None:
+    print(f"{run_dir} has finished all {cfg.total_steps} {COUNTER_WORDS[cfg.COUNTER]}s with these settings; "
+          "reusing it", flush=True)
+
+
+def run_folder(cfg) -> Path:
+    """`runs/<cfg.name>/`."""
+    return runs_dir() / cfg.name

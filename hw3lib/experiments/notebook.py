@@ -1,0 +1,44 @@
+"""Notebook 05's view of the experiment grids: what each config changes, and one grid's results shown
+(table, figures, the reading computed from the numbers) after `hw3lib.experiments.report.report_grid` has saved
+its figures and the JSON the writeup reads."""
+
+from __future__ import annotations
+
+from hw3lib.experiments.grids import Grid, GridResult
+
+
+def describe_changes(grid: Grid) -> list[str]:
+    """One line per config: its label and the settings it changes from the grid's base. A model given as a
+    local folder (the prompt grid's warm-started weights) is named by what it is, not by its path, so the
+    lines read the same on every machine."""
+    lines = []
+    for label, changes in grid.changes.items():
+        shown = {key: ("<the base's warm-started weights>" if key == "model" else value)
+                 for key, value in changes.items()}
+        lines.append(f"{grid.name}/{label:16s} {shown if shown else '(the base)'}")
+    return lines
+
+
+def show_grid(result: GridResult) -> dict:
+    """Report the grid (figures/<grid>_*.png and figures/grid_<grid>.json) and display its table, figures,
+    reading and answers; returns the report."""
+    import pandas as pd
+    from IPython.display import Image, Markdown, display
+
+    from hw3lib.experiments.report import report_grid
+    from hw3lib.core.io import figures_dir
+
+    report = report_grid(result)
+    grid = result.grid
+    display(Markdown(f"**{grid.name}** ({grid.profile} profile, `{grid.base.model}` on `{grid.base.dataset}`, "
+                     f"{grid.base.n_grpo_steps} GRPO steps per run): {grid.question}"))
+    table = pd.DataFrame([{"config": row["label"], "status": row["status"], "start": row["start"], "end": row["end"],
+                           "vs reference": row["diff"], "noise band (±)": row["band"],
+                           "beyond noise": row["beyond_noise"], "minutes": row["wall_clock_s"] / 60}
+                          for row in report["rows"]]).set_index("config")
+    display(table.round(3))
+    for name in report["figures"]:
+        display(Image(filename=str(figures_dir() / name)))
+    answers = "\n".join(f"- {answer}" for answer in report.get("answers", []))
+    display(Markdown(f"**Reading (computed from the runs).**\n\n{report['reading']}\n\n{answers}"))
+    return report

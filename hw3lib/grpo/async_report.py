@@ -1,0 +1,230 @@
+"""Synchronous vs asynchronous GRPO side by side: run the schedules, break down their time, plot, read.
+
+    results = run_schedules(cfg, {"sync": None, "one_behind": AsyncConfig(), "replay": AsyncConfig(mode="replay")})
+    rows = schedule_table(results)            # steps/min, time per step by component, validation
+    plot_schedule_times(results, "async_time"); plot_schedule_rewards(results, "async_reward")
+    text = schedule_reading(rows)             # the course's questions, answered from these numbers
+
+Every schedule trains the same config (its own run name `<cfg.name>_<schedule>`), so differences
+come from the schedule alone. Time per GRPO step is split per worker: the *generator* side
+(generating and scoring rollouts) and the *learner* side (log-probs, loss, backward, optimizer),
+each busy or idle; weight sync counts for both. In the synchronous loop one process does both
+halves in turn, so each half is idle while the other runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from hw3lib.grpo.async_loop import TIMINGS_FILE, AsyncConfig, train_async
+from hw3lib.core.io import read_jsonl, save_figure
+from hw3lib.grpo.results import RunResult, time_breakdown
+from hw3lib.grpo.loop import train
+from hw3lib.grpo.config import GRPOConfig
+
+
+def schedule_comparison(profile: str | None = None, **overrides) -> tuple[GRPOConfig, dict[str, AsyncConfig | None]]:
+    """The notebook's comparison: a config on which generation and training take similar time, and
+    the three schedules (sync, one-behind, and replay: a buffer of two rollout batches, groups up to two
+    versions old, so the generator can run a batch further ahead).
+
+    smoke: the warm-started tiny model on the arithmetic task, 48 GRPO steps of 32 rollouts (4 questions
+    x 8), one `grpo_clip` optimizer step per rollout batch at lr 5e-5. Small batches because that is where
+    one core per actor pays on 2 CPU cores (bench/bench_async.py: one-behind 1.48x at 32 rollouts, 1.23x at
+    64, 1.02x at 128, where training already runs ~2x faster on two threads than on one); batches this
+    small do not teach the tiny model, so the validation reward drops in every schedule alike -- the
+    comparison is about time and about the schedules ending within noise of each other. full: the
+    profile's own model and sizes for 50 steps (on one GPU both actors share it; see hw3lib.grpo.async_loop).
+    """
+    from hw3lib.core.profile import get_profile
+
+    name = get_profile(profile).name
+    if name == "smoke":
+        settings = dict(n_grpo_steps=48, rollout_batch_size=32, group_size=8, train_batch_size=32,
+                        gradient_accumulation_steps=2, epochs_per_rollout_batch=1, eval_every=24, n_eval_examples=128,
+                        checkpoint_every=24, learning_rate=5e-5)
+    else:
+        settings = dict(n_grpo_steps=50, eval_every=10, checkpoint_every=10)
+    cfg = GRPOConfig.for_profile(name, name=f"async_{name}", loss_type="grpo_clip", **{**settings, **overrides})
+    schedules = {"sync": None, "one_behind": AsyncConfig(mode="one_behind", max_staleness=1),
+                 "replay": AsyncConfig(mode="replay", max_staleness=2, max_uses=1, buffer_batches=2)}
+    return cfg, schedules
+
+
+def run_schedules(cfg: GRPOConfig, schedules: Mapping[str, AsyncConfig | None], resume: bool = True,
+                  sync_threads: int = 2) -> dict[str, RunResult]:
+    """Train `cfg` once per schedule (None: the synchronous loop with `sync_threads` torch threads);
+    finished runs are reused, interrupted ones resumed. One local Ray instance serves all async runs."""
+    import ray
+    import torch
+
+    results: dict[str, RunResult] = {}
+    started_ray = False
+    try:
+        for name, async_cfg in schedules.items():
+            run_cfg = cfg.replace(name=f"{cfg.name}_{name}")
+            if async_cfg is None:
+                threads = torch.get_num_threads()
+                torch.set_num_threads(sync_threads)
+                try:
+                    results[name] = train(run_cfg, resume=resume)
+                finally:
+                    torch.set_num_threads(threads)
+            else:
+                if not ray.is_initialized():
+                    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+                    started_ray = True
+                results[name] = train_async(run_cfg, async_cfg, resume=resume)
+    finally:
+        if started_ray:
+            ray.shutdown()
+    return results
+
+
+def step_times(result: RunResult) -> list[dict]:
+    """Seconds per GRPO step: wall-clock, and each side's busy time (`generation`, `training`,
+    `weight_sync`) -- from async_timings.jsonl for async runs, metrics.jsonl for the synchronous loop
+    (validation excluded on both)."""
+    timings_file = result.run_dir / TIMINGS_FILE
+    if timings_file.is_file():
+        return [{"grpo_step": t["grpo_step"], "wall": t["step_s"], "generation": t["generation_s"],
+                 "training": t["train_s"], "weight_sync": t["weight_sync_s"]} for t in read_jsonl(timings_file)]
+    rows = []
+    for parts in time_breakdown(result.metrics):
+        generation = parts["generation"] + parts["scoring"]
+        training = parts["old_logprobs"] + parts["train"]
+        rows.append({"grpo_step": parts["grpo_step"], "wall": generation + training + parts["weight_sync"],
+                     "generation": generation, "training": training, "weight_sync": parts["weight_sync"]})
+    return rows
+
+
+def schedule_table(results: Mapping[str, RunResult]) -> list[dict]:
+    """One row per schedule: steps per minute, mean seconds per step by component and idle time of
+    each side, validation answer reward at the start and the end, and training stability signals."""
+    table = []
+    for name, result in results.items():
+        times = step_times(result)
+        mean = {key: float(np.mean([t[key] for t in times])) for key in ("wall", "generation", "training",
+                                                                         "weight_sync")}
+        rows = result.train_rows
+        evals = result.eval_rows
+        table.append({
+            "schedule": name, "steps_per_minute": 60.0 / mean["wall"], "step_s": mean["wall"],
+            "generation_s": mean["generation"], "training_s": mean["training"], "weight_sync_s": mean["weight_sync"],
+            "generator_idle_s": max(0.0, mean["wall"] - mean["generation"] - mean["weight_sync"]),
+            "learner_idle_s": max(0.0, mean["wall"] - mean["training"] - mean["weight_sync"]),
+            "eval_start": evals[0]["eval/answer_reward"], "eval_end": evals[-1]["eval/answer_reward"],
+            "n_eval": evals[-1]["eval/n"], "grpo_steps": result.grpo_steps,
+            "mean_staleness": float(np.mean([r.get("async/staleness", 0) for r in rows])),
+            "grad_norm_mean": float(np.mean([r["train/grad_norm"] for r in rows])),
+            "grad_norm_max": float(np.max([r["train/grad_norm"] for r in rows])),
+            "clip_fraction_mean": float(np.mean([r.get("train/clip_fraction", 0.0) for r in rows])),
+            "skipped_steps": rows[-1]["train/skipped_steps"] if rows else 0,
+            "minutes": sum(t["wall"] for t in times) / 60,
+        })
+    return table
+
+
+def noise_band(p1: float, p2: float, n: int) -> float:
+    """Two standard errors of the difference of two validation accuracies on `n` questions each."""
+    return 2 * math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
+
+
+def schedule_reading(table: list[dict]) -> str:
+    """The course's questions about asynchronous GRPO, answered in words from `schedule_table`'s numbers."""
+    by_name = {row["schedule"]: row for row in table}
+    sync = by_name.get("sync")
+    lines = []
+    if sync is not None:
+        dominant = "generation" if sync["generation_s"] >= sync["training_s"] else "training"
+        share = sync[f"{dominant}_s"] / sync["step_s"]
+        lines.append(f"**Which component dominates?** In the synchronous loop {dominant} takes {share:.0%} of a "
+                     f"step ({sync['generation_s']:.2f} s generating and scoring, {sync['training_s']:.2f} s "
+                     f"training, {sync['weight_sync_s']:.3f} s weight sync per step).")
+    for row in table:
+        if row["schedule"] == "sync" or sync is None:
+            continue
+        band = noise_band(sync["eval_end"], row["eval_end"], row["n_eval"])
+        diff = row["eval_end"] - sync["eval_end"]
+        verdict = "within" if abs(diff) <= band else "outside"
+        lines.append(
+            f"**{row['schedule']}**: {row['steps_per_minute'] / sync['steps_per_minute']:.2f}x the synchronous "
+            f"loop's GRPO steps per minute ({row['steps_per_minute']:.1f} vs {sync['steps_per_minute']:.1f}); "
+            f"mean staleness {row['mean_staleness']:.2f} policy versions; final validation answer reward "
+            f"{row['eval_end']:.1%} vs {sync['eval_end']:.1%} ({100 * diff:+.1f} points, {verdict} the noise band "
+            f"of +-{100 * band:.1f} points). Gradient norm mean {row['grad_norm_mean']:.3f} (max "
+            f"{row['grad_norm_max']:.3f}) vs {sync['grad_norm_mean']:.3f} ({sync['grad_norm_max']:.3f}); "
+            f"clip fraction {row['clip_fraction_mean']:.3f} vs {sync['clip_fraction_mean']:.3f}.")
+    if sync is not None and len(table) > 1:
+        stable = all(abs(r["eval_end"] - sync["eval_end"]) <= noise_band(sync["eval_end"], r["eval_end"], r["n_eval"])
+                     and r["skipped_steps"] == 0 for r in table)
+        lines.append("**How does off-policyness affect stability?** " + (
+            "At this staleness the clipped ratio absorbs it: no skipped step, and validation stays within noise of "
+            "the synchronous run." if stable else
+            "Here it shows: a validation difference beyond noise or skipped steps (see the rows above)."))
+        asyncs = [r for r in table if r["schedule"] != "sync"]
+        idle_gen = float(np.mean([r["generator_idle_s"] for r in asyncs]))
+        idle_learn = float(np.mean([r["learner_idle_s"] for r in asyncs]))
+        waiting = "generator" if idle_gen > idle_learn else "learner"
+        lines.append(
+            f"**How to overlap better?** In the async runs the {waiting} waits most ({idle_gen:.2f} s generator vs "
+            f"{idle_learn:.2f} s learner idle per step): " + (
+                "give generation less of the machine (or the learner more), or let the generator run further ahead "
+                "(a larger staleness bound or replay buffer)." if waiting == "generator" else
+                "give the generator more of the machine (more engines or cores), or let the learner reuse rollouts "
+                "(replay with max_uses > 1)."))
+    return "\n\n".join(lines)
+
+
+def plot_schedule_times(results: Mapping[str, RunResult], stem: str):
+    """Stacked bars: mean seconds per GRPO step of each side (generator, learner) per schedule."""
+    import matplotlib.pyplot as plt
+
+    table = schedule_table(results)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    labels, x = [], 0
+    colors = {"generation": "tab:blue", "training": "tab:orange", "weight sync": "tab:green", "idle": "lightgrey"}
+    for row in table:
+        for side, busy_key, idle_key in (("generator", "generation_s", "generator_idle_s"),
+                                         ("learner", "training_s", "learner_idle_s")):
+            parts = [(busy_key.split("_")[0], row[busy_key]), ("weight sync", row["weight_sync_s"]),
+                     ("idle", row[idle_key])]
+            bottom = 0.0
+            for part, seconds in parts:
+                ax.bar(x, seconds, bottom=bottom, color=colors[part], width=0.8,
+                       label=part if part not in ax.get_legend_handles_labels()[1] else None)
+                bottom += seconds
+            labels.append(f"{row['schedule']}\n{side}")
+            x += 1
+        x += 0.5
+    positions = [i + 0.5 * (i // 2) for i in range(len(labels))]
+    ax.set_xticks(positions, labels, fontsize=8)
+    ax.set(ylabel="seconds per GRPO step", title="where each GRPO step's time goes, per side and schedule")
+    ax.legend(fontsize=8, ncol=4, loc="upper right")
+    fig.tight_layout()
+    save_figure(fig, stem, dpi=150)
+    return fig
+
+
+def plot_schedule_rewards(results: Mapping[str, RunResult], stem: str):
+    """Validation answer reward against GRPO step and against wall-clock minutes, one line per schedule."""
+    import matplotlib.pyplot as plt
+
+    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for name, result in results.items():
+        evals = result.eval_rows
+        times = {t["grpo_step"]: t["wall"] for t in step_times(result)}
+        minutes = [sum(v for k, v in times.items() if k <= row["grpo_step"]) / 60 for row in evals]
+        steps = [row["grpo_step"] for row in evals]
+        rewards = [row["eval/answer_reward"] for row in evals]
+        by_step.plot(steps, rewards, "o-", label=name)
+        by_time.plot(minutes, rewards, "o-", label=name)
+    by_step.set(xlabel="GRPO step", ylabel="validation answer reward", title="per step")
+    by_time.set(xlabel="minutes of training (validation excluded)", title="per wall-clock")
+    by_step.legend()
+    fig.tight_layout()
+    save_figure(fig, stem, dpi=150)
+    return fig

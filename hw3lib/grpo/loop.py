@@ -1,0 +1,543 @@
+"""The GRPO training loop: one function, `train(cfg)`, readable top to bottom.
+
+Per GRPO step (one rollout batch):
+
+    sample questions -> generate group_size rollouts each (the rollout engine) -> score ->
+    group-normalized advantages -> [old log-probs, when needed; reference log-probs, only with
+    KL monitoring] -> epochs_per_rollout_batch passes of optimizer steps (hw3lib.grpo.step),
+    each accumulating gradient_accumulation_steps microbatches -> push the weights to the
+    engine -> log -> validate every eval_every steps -> checkpoint every checkpoint_every steps.
+
+Variant implemented (see hw3lib.maths.grpo for the maths, hw3lib.grpo.step for the loss assembly):
+
+- **No KL term in the loss.** KL(pi || pi_ref) to the frozen initial policy is only *monitored*
+  (`monitor_kl`): k1 and k3 over the response tokens of the rollouts, at the sampling
+  temperature (hw3lib.maths.logprobs.kl_estimates says on whose samples).
+- **Advantages:** group mean baseline, divided by the group std + eps when `use_std_normalization`.
+- **Loss:** `no_baseline`, `reinforce_with_baseline`, `grpo_clip` or `grpo_no_clip`, per token,
+  then per sequence by `masked_mean` (each response's own length) or `constant` (the generation
+  budget, Dr. GRPO); optionally weighted per token by truncated importance sampling (`tis_cap`).
+- **Temperature-correct log-probs.** Every log-prob of a rollout (training, old, reference, the
+  entropy) is taken from softmax(logits / sampling_temperature), the distribution the engine
+  sampled from; the engine's own log-probs are kept with each rollout and the engine/trainer
+  mismatch is logged per step (`train/logprob_mismatch_mean_abs`, `..._max_ratio`).
+- **Old log-probs** are computed once per rollout batch, under `torch.inference_mode()`, only
+  when the policy changes between sampling and a gradient step of a ratio loss (or TIS). On-policy
+  the sampling policy *is* the current one, so the current log-probs, detached, serve as old
+  log-probs (ratio exactly 1, no extra forward pass).
+- **Tokens:** the policy is trained on the exact token ids the engine sampled (prompt ids + the
+  sample's `token_ids`, including a final EOS), never on a re-tokenization of the text.
+- **Precision:** float32 master weights and AdamW state always; with `dtype="bfloat16"` the
+  forward and backward run under bf16 autocast and the engine receives bf16 copies (an update of
+  lr 1e-5 applied to bf16 weights would mostly round away). Checkpoints hold the float32 masters.
+- **Optimizer:** AdamW, constant learning rate after an optional linear warm-up; global grad-norm
+  clipping; a step whose loss or gradient norm is not finite is skipped (no update, counted in
+  `train/skipped_steps`).
+- **Weight sync:** after all optimizer steps of a rollout batch (before the next generation). A
+  colocated vLLM engine sleeps during training where sleep mode exists (GPU).
+- **Validation:** every `eval_every` steps (and before the first and after the last) on held-out
+  questions with `eval_temperature` (default 0: greedy, a deterministic low-variance estimate),
+  a few example rollouts saved to `samples/step_XXXX.jsonl`.
+
+Outputs in `runs/<name>/`: `config.json`, `metrics.jsonl` (one row per optimizer step, plus one
+row per validation; flat names `train/...`, `eval/...`, `time/...`), `samples/`, and
+`checkpoints/` (hw3lib.core.runs: folder rules, checkpoints, wandb). An existing run is resumed
+(`resume=True`), reused when finished, or refused -- never deleted unless `overwrite=True`.
+Ctrl-C saves a checkpoint of the last completed GRPO step and re-raises; a validation it
+interrupted is redone on resume. Reading runs back: hw3lib.grpo.results.
+
+Timings per optimizer-step row: a rollout batch's `time/generation_s`, `time/scoring_s` and
+`time/old_logprobs_s` (old and, with KL monitoring, reference log-probs) sit on its first row and
+`time/weight_sync_s` on its last (the others carry 0), so summing a column over rows gives total
+time; `time/train_s` is that optimizer step's own time and `time/tokens_per_s` the rollout batch's
+generated tokens per second of its whole step (generation to sync).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hw3lib.maths.grpo import LOSS_INPUTS, RATIO_LOSSES, compute_group_normalized_rewards
+from hw3lib.core.io import append_jsonl, atomic_write_json, atomic_write_jsonl, runs_dir
+from hw3lib.maths.logprobs import batched_log_probs, shared_prefix_length
+from hw3lib.grpo.results import RunResult, run_result, validation_logged
+from hw3lib.core.runs import (METRICS_FILE, SAMPLES_DIR, WandbLink, check_resumable, config_differences,
+                         delete_outputs, has_outputs, latest_checkpoint, load_checkpoint, metrics_rows, refuse_existing,
+                         rng_state, save_checkpoint, seed_everything)
+from hw3lib.maths.sft import pack_prompt_and_output_ids
+from hw3lib.evaluation.validate import validate
+from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
+from hw3lib.grpo.config import GRPOConfig
+from hw3lib.grpo.step import logprob_mismatch, optimizer_step
+
+STOPPED_FILE = "stopped.json"  # written by `stop_when`: {"grpo_step", "reason"}
+
+
+def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
+          callback: Callable[[dict], None] | None = None,
+          stop_when: Callable[[list[dict]], str | None] | None = None) -> RunResult:
+    """Run GRPO as configured by `cfg` into `runs/<cfg.name>/`.
+
+    `resume=True` continues from the run's latest checkpoint (or starts it when the folder is
+    empty); a finished run with the same settings is read back either way. A folder holding
+    another run's outputs is refused (`hw3lib.core.runs.RunExistsError`) unless `overwrite=True`.
+
+    `callback` (optional) is called once per optimizer step, after the microbatches' gradients
+    are accumulated and before clipping and the update, with `{"policy", "optimizer", "engine",
+    "step", "grpo_step", "epoch"}` -- for inspecting gradients or the engine's weights, progress
+    displays, or fault injection.
+
+    `stop_when` (optional) is called after each GRPO step is logged with that step's metric rows;
+    a string it returns ends the run early: the step is validated and checkpointed, `stopped.json` records
+    the step and the reason, and the partial result is
+    returned (hw3lib.experiments.grids uses it to stop diverged runs).
+    """
+    from hw3lib.generation import training_engine
+
+    run_dir = runs_dir() / cfg.name
+    print(f"GRPO run '{cfg.name}' -> {run_dir}\n{cfg.describe()}", flush=True)
+
+    # ---- set-up: the run folder, data, initial policy, (resumed) state, engine ---------------------------
+    checkpoint, finished_state = open_run(run_dir, cfg, resume, overwrite)
+    if finished_state is not None:  # nothing left to do: read it back, no model, no engine
+        print(f"{run_dir} has finished all {cfg.n_grpo_steps} GRPO steps with these settings; reusing it", flush=True)
+        return run_result(run_dir, cfg, finished_state)
+    train_records, learner = start_run(run_dir, cfg, checkpoint, callback)
+    engine = training_engine(cfg, learner.policy, learner.tokenizer, learner.initial_model)
+    engine.load_weights(learner.weights_for_engine())  # a resumed run's engine needs them too
+    colocated = cfg.engine == "vllm" and torch.device(cfg.rollout_device) == torch.device(cfg.policy_device)
+    learner.start_clock()
+    try:
+        # A validation that was due at the step we start from and is missing (a fresh run's step 0,
+        # or one a Ctrl-C interrupted) is run first.
+        learner.catch_up_validation(engine)
+        for grpo_step in range(learner.version + 1, cfg.n_grpo_steps + 1):
+            step_started = time.perf_counter()
+            batch = sample_rollout_batch(engine, cfg, train_records, learner.reward_fn, grpo_step, learner.version)
+            if colocated:
+                started = time.perf_counter()
+                engine.sleep()  # free the KV cache (and offload weights) for the training half
+                batch.generation_s += time.perf_counter() - started
+            rows = learner.train_on(batch, engine=engine)
+
+            # Push the new weights to the rollout engine (bf16 copies in mixed precision; nothing is
+            # copied when the engine wraps the float32 policy itself).
+            started = time.perf_counter()
+            if colocated:
+                engine.wake_up()
+            engine.load_weights(learner.weights_for_engine())
+            rows[-1]["time/weight_sync_s"] = time.perf_counter() - started
+
+            learner.finish_step(batch, rows, time.perf_counter() - step_started)
+            reason = stop_when(rows) if stop_when is not None else None
+            if reason is not None:
+                learner.stop_early(engine, reason)
+                break
+            learner.validate_and_checkpoint(engine)
+    except KeyboardInterrupt:
+        learner.save_interrupted()
+        raise
+    finally:
+        learner.close()
+        if cfg.engine == "vllm":
+            engine.close()
+    return run_result(run_dir, cfg, learner.state)
+
+
+def start_run(run_dir: Path, cfg: GRPOConfig, checkpoint: Path | None,
+              callback: Callable[[dict], None] | None = None) -> tuple[list[dict], "GRPOLearner"]:
+    """Write the run's `config.json`, load the task and build the learner: `(training records, learner)`."""
+    from hw3lib.tasks.data import load_task
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / "config.json", cfg.to_dict())
+    train_records, eval_records = load_task(cfg)
+    return train_records, GRPOLearner(cfg, run_dir, checkpoint, eval_records, callback)
+
+
+# ---- the two halves of a GRPO step: sampling (an engine) and learning (the policy) ----------------------
+
+@dataclass
+class RolloutBatch:
+    """One GRPO step's scored rollouts, as the sampling side hands them to the learner (picklable).
+
+    Sample j of question i is row `i * group_size + j` of `rollouts`, `advantages` and
+    `raw_rewards`. `policy_version` is the number of GRPO steps of training the weights that
+    sampled it had seen (the learner's `version` at the time); the learner treats a batch from an
+    older version as off-policy (hw3lib.grpo.async_loop).
+    """
+
+    grpo_step: int
+    policy_version: int
+    prompts: list[str]  # one per question
+    truths: list[str]  # one per rollout
+    rollouts: list  # [N] hw3lib.generation.Sample
+    advantages: torch.Tensor  # [N]
+    raw_rewards: torch.Tensor  # [N]
+    reward_stats: dict  # compute_group_normalized_rewards' statistics
+    scores: list[dict]  # [N] the reward function's dict per rollout
+    generation_s: float
+    scoring_s: float
+
+    def rollout_stats(self) -> dict[str, float]:
+        """The per-batch `train/...` statistics logged with each of its optimizer steps."""
+        lengths = [len(r.token_ids) for r in self.rollouts]
+        return {
+            "train/reward": self.reward_stats["reward_mean"],
+            "train/reward_std": self.reward_stats["reward_std"],
+            "train/format_reward": self.reward_stats.get("format_reward_mean", math.nan),
+            "train/answer_reward": self.reward_stats.get("answer_reward_mean", math.nan),
+            "train/response_length_mean": float(np.mean(lengths)),
+            "train/response_length_max": max(lengths),
+            "train/truncation_rate": float(np.mean([r.finish_reason == "length" for r in self.rollouts])),
+            "train/zero_variance_group_fraction": self.reward_stats["frac_groups_zero_std"],
+        }
+
+
+def sample_rollout_batch(engine, cfg: GRPOConfig, train_records: Sequence[dict], reward_fn, grpo_step: int,
+                         policy_version: int) -> RolloutBatch:
+    """Draw GRPO step `grpo_step`'s questions, sample `group_size` rollouts each, score them and
+    compute the group-normalized advantages."""
+    from hw3lib.tasks.data import format_prompt
+    from hw3lib.generation import SamplingConfig
+
+    # A fresh, seeded draw of questions each step (no state to checkpoint).
+    picks = np.random.default_rng([cfg.seed, grpo_step]).choice(
+        len(train_records), cfg.n_prompts_per_rollout_batch, replace=False)
+    questions = [train_records[i] for i in picks]
+    prompts = [format_prompt(cfg.prompt, record["question"]) for record in questions]
+    group = cfg.group_size
+
+    started = time.perf_counter()
+    sampling = SamplingConfig(n=group, temperature=cfg.sampling_temperature, top_p=cfg.sampling_top_p,
+                              max_tokens=cfg.sampling_max_tokens, min_tokens=cfg.sampling_min_tokens,
+                              stop=stop_strings_for(cfg.prompt), include_stop_str_in_output=True,
+                              seed=rollout_seed(cfg.seed, grpo_step))
+    rollouts = [sample for samples in engine.generate(prompts, sampling) for sample in samples]
+    generation_s = time.perf_counter() - started
+
+    started = time.perf_counter()
+    truths = [record["gold"] for record in questions for _ in range(group)]
+    scores = []
+
+    def scored(response: str, truth: str) -> dict:  # keeps each rollout's reward dict (for replay's statistics)
+        scores.append(reward_fn(response, truth))
+        return scores[-1]
+
+    advantages, raw_rewards, reward_stats = compute_group_normalized_rewards(
+        scored, [r.text for r in rollouts], truths, group, cfg.advantage_eps, cfg.use_std_normalization)
+    return RolloutBatch(grpo_step, policy_version, prompts, truths, rollouts, advantages, raw_rewards, reward_stats,
+                        scores, generation_s, time.perf_counter() - started)
+
+
+class GRPOLearner:
+    """The training half of GRPO and the run's records: the float32 policy and its optimizer (and the
+    frozen reference with KL monitoring), `metrics.jsonl`, validation and checkpoints.
+
+    The synchronous loop (`train`) and the asynchronous ones (hw3lib.grpo.async_loop, inside a Ray
+    actor) drive the same object: `train_on(batch)` -> `finish_step(...)` ->
+    `validate_and_checkpoint(engine)` per GRPO step; `version` counts completed GRPO steps.
+    """
+
+    def __init__(self, cfg: GRPOConfig, run_dir: Path, checkpoint: Path | None, eval_records: Sequence[dict],
+                 callback: Callable[[dict], None] | None = None) -> None:
+        from hw3lib.models.load import load_model_and_tokenizer
+        from hw3lib.models.load import initial_policy_source
+
+        self.cfg, self.run_dir, self.eval_records, self.callback = cfg, run_dir, eval_records, callback
+        self.reward_fn = reward_fn_for(cfg.prompt)
+        self.initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
+        # float32 master weights whatever cfg.dtype says: the low precision is autocast's (train_step).
+        self.policy, self.tokenizer = load_model_and_tokenizer(
+            str(checkpoint / "policy" if checkpoint else self.initial_model), device=cfg.policy_device,
+            dtype="float32")
+        self.reference = None
+        if cfg.monitor_kl:  # only then: a second copy of the model costs memory (frozen, so low precision is fine)
+            self.reference, _ = load_model_and_tokenizer(str(self.initial_model), device=cfg.policy_device,
+                                                         dtype=cfg.dtype)
+            self.reference.requires_grad_(False).eval()
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                           betas=cfg.adam_betas)
+        if checkpoint is None:
+            self.state = {"grpo_step": 0, "optimizer_step": 0, "skipped_steps": 0, "elapsed_s": 0.0}
+            seed_everything(cfg.seed)
+        else:
+            self.state = load_checkpoint(checkpoint, self.optimizer, run_dir)  # also restores RNGs and metrics.jsonl
+            print(f"resumed from {checkpoint} at GRPO step {self.state['grpo_step']}", flush=True)
+        self.wandb = WandbLink(cfg.wandb_project, run_dir, cfg.name, cfg.to_dict()) if cfg.wandb_project else None
+        self.rows_so_far = metrics_rows(run_dir)  # as the checkpoint restored them
+        self.logged_rows = len(self.rows_so_far)
+        self.start_clock()
+        # The state at the last completed GRPO step: what an interruption's checkpoint records.
+        self.boundary = {"state": dict(self.state), "rng": rng_state(), "weights_changed": False}
+
+    @property
+    def version(self) -> int:
+        """Completed GRPO steps: the version of the weights `weights_for_engine` gives."""
+        return self.state["grpo_step"]
+
+    def start_clock(self) -> None:
+        """(Re)start the run's wall clock, continuing from the checkpoint's elapsed time."""
+        self.loop_started = time.perf_counter() - self.state["elapsed_s"]
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.loop_started
+
+    def weights_for_engine(self):
+        """The policy's weights as a rollout engine takes them (bf16 copies in mixed precision)."""
+        from hw3lib.generation import policy_weights_for_engine
+
+        return policy_weights_for_engine(self.policy, self.cfg.dtype)
+
+    def log(self, row: dict) -> None:
+        append_jsonl(self.run_dir / METRICS_FILE, row)
+        if self.wandb is not None:
+            self.wandb.send(self.logged_rows, row)
+        self.logged_rows += 1
+
+    # ---- one rollout batch -----------------------------------------------------------------------------
+
+    def train_on(self, batch: RolloutBatch, engine=None) -> list[dict]:
+        """All optimizer steps of one rollout batch; returns their metric rows (not logged yet).
+
+        A batch sampled by the current weights (`batch.policy_version == version`) is trained as
+        the synchronous loop always does. A batch from older weights is off-policy: its behaviour
+        log-probs are the engine's (the distribution it was sampled from), which the ratio loss
+        needs, and the engine/trainer mismatch cannot be measured (the sampling weights are gone).
+        `engine` is only handed to the callback.
+        """
+        cfg, policy, device = self.cfg, self.policy, self.cfg.policy_device
+        stale = batch.policy_version != self.version
+
+        # The rollouts as tensors: the exact token ids the engine sampled.
+        started = time.perf_counter()
+        prompt_ids = self.tokenizer([p for p in batch.prompts for _ in range(cfg.group_size)],
+                                    add_special_tokens=False)["input_ids"]
+        packed = pack_prompt_and_output_ids(prompt_ids, [r.token_ids for r in batch.rollouts],
+                                            self.tokenizer.pad_token_id)
+        prefix = shared_prefix_length(prompt_ids)  # the prompt template: run once per microbatch
+        engine_log_probs = response_values(packed, [r.logprobs for r in batch.rollouts]).to(device)  # [N, L-1]
+        tensors = {key: packed[key].to(device) for key in ("input_ids", "labels", "response_mask")}
+        tensors.update(lengths=packed["lengths"], response_start=packed["response_start"])  # stay on the CPU
+        advantages = batch.advantages.to(device).unsqueeze(1)  # [N, 1]
+        raw_rewards = batch.raw_rewards.to(device).unsqueeze(1)  # [N, 1]
+        scoring_s = batch.scoring_s + time.perf_counter() - started
+
+        # Old log-probs (when the policy moves before a ratio/TIS step) and reference log-probs (KL
+        # monitoring only), once per rollout batch, never differentiated.
+        started = time.perf_counter()
+        micro = cfg.micro_train_batch_size
+        old_log_probs = ref_log_probs = None
+        if stale:
+            old_log_probs = engine_log_probs  # [N, L-1] the behaviour policy's own
+        elif cfg.needs_old_log_probs:
+            old_log_probs = batched_log_probs(policy, tensors, micro, prefix, cfg.sampling_temperature,
+                                              cfg.dtype)  # [N, L-1]
+        if self.reference is not None:
+            ref_log_probs = batched_log_probs(self.reference, tensors, micro, prefix, cfg.sampling_temperature,
+                                              cfg.dtype)  # [N, L-1]
+        old_logprobs_s = time.perf_counter() - started
+
+        rollout_stats = batch.rollout_stats()
+        # The engine/trainer mismatch, at the sampling weights: all rows from the old log-probs when
+        # they exist, else the rows of this batch's first optimizer step (the weights sampled them).
+        mismatch = None if stale else {"abs": 0.0, "tokens": 0.0, "max_ratio": 1.0}
+        if old_log_probs is not None and not stale:
+            measured = torch.stack([t.float() for t in logprob_mismatch(old_log_probs, engine_log_probs,
+                                                                        tensors["response_mask"])]).tolist()
+            mismatch = dict(zip(("abs", "tokens", "max_ratio"), measured))  # one host transfer
+
+        # Epochs over the rollout batch, in optimizer steps of train_batch_size rollouts.
+        rows, grpo_step = [], batch.grpo_step
+        policy.train()
+        for epoch in range(cfg.epochs_per_rollout_batch):
+            order = torch.from_numpy(np.random.default_rng([cfg.seed, grpo_step, epoch]).permutation(
+                cfg.rollout_batch_size))  # [N], on the CPU
+            for first in range(0, cfg.rollout_batch_size, cfg.train_batch_size):
+                started = time.perf_counter()
+                measure_mismatch = not rows and old_log_probs is None  # the sampling weights, no old log-probs
+                step_number = self.state["optimizer_step"] + 1
+
+                def before_update(model, epoch=epoch, step_number=step_number):
+                    if self.callback is not None:
+                        self.callback({"policy": model, "optimizer": self.optimizer, "engine": engine,
+                                       "step": step_number, "grpo_step": grpo_step, "epoch": epoch})
+
+                stats = optimizer_step(
+                    policy, self.optimizer, self.params, cfg, tensors, order[first:first + cfg.train_batch_size],
+                    raw_rewards=raw_rewards, advantages=advantages, old_log_probs=old_log_probs,
+                    ref_log_probs=ref_log_probs, engine_log_probs=engine_log_probs, shared_prefix=prefix,
+                    learning_rate=learning_rate_at(cfg, step_number), measure_mismatch=measure_mismatch,
+                    before_update=before_update)
+                if stats["updated"]:
+                    self.boundary["weights_changed"] = True
+                else:
+                    self.state["skipped_steps"] += 1
+                    print(f"  step {step_number}: non-finite loss {stats['loss']} or grad norm "
+                          f"{stats['grad_norm']}; update skipped", flush=True)
+                if measure_mismatch:
+                    mismatch = {"abs": stats["mismatch_abs"], "tokens": stats["mismatch_tokens"],
+                                "max_ratio": stats["mismatch_max_ratio"]}
+                self.state["optimizer_step"] = step_number
+                row = {"step": step_number, "grpo_step": grpo_step, "epoch": epoch,
+                       "train/loss": stats["loss"], "train/grad_norm": stats["grad_norm"],
+                       "train/entropy": stats["entropy"], "train/lr": self.optimizer.param_groups[0]["lr"],
+                       "train/skipped_steps": self.state["skipped_steps"], **rollout_stats}
+                if "cliprange" in LOSS_INPUTS[cfg.loss_type]:
+                    row["train/clip_fraction"] = stats["clip_fraction"]
+                if cfg.loss_type in RATIO_LOSSES:
+                    row["train/ratio_mean"] = stats["ratio_mean"]
+                if cfg.tis_cap is not None:
+                    row["train/tis_weight_mean"] = stats["tis_weight_mean"]
+                if ref_log_probs is not None:
+                    row["train/kl_k1"], row["train/kl_k3"] = stats["kl_k1"], stats["kl_k3"]
+                first_row = not rows
+                row.update({"time/generation_s": batch.generation_s if first_row else 0.0,
+                            "time/scoring_s": scoring_s if first_row else 0.0,
+                            "time/old_logprobs_s": old_logprobs_s if first_row else 0.0,
+                            "time/train_s": time.perf_counter() - started, "time/weight_sync_s": 0.0})
+                rows.append(row)
+        if mismatch is not None:
+            for row in rows:
+                row["train/logprob_mismatch_mean_abs"] = mismatch["abs"] / max(mismatch["tokens"], 1.0)
+                row["train/logprob_mismatch_max_ratio"] = mismatch["max_ratio"]
+        return rows
+
+    def finish_step(self, batch: RolloutBatch, rows: list[dict], step_s: float, extra: dict | None = None) -> None:
+        """Log the rollout batch's rows (with `extra` columns on each) and advance to its GRPO step."""
+        tokens_per_s = sum(len(r.token_ids) for r in batch.rollouts) / step_s
+        for row in rows:
+            self.log({**row, **(extra or {}), "time/tokens_per_s": tokens_per_s, "time/elapsed_s": self.clock()})
+        self.state.update(grpo_step=batch.grpo_step, elapsed_s=self.clock())
+        self.boundary = {"state": dict(self.state), "rng": rng_state(), "weights_changed": False}
+        last = rows[-1]
+        print(f"step {batch.grpo_step}/{self.cfg.n_grpo_steps}: reward {last['train/reward']:.3f} "
+              f"answer {last['train/answer_reward']:.3f} loss {last['train/loss']:+.4f} "
+              f"grad {last['train/grad_norm']:.3f} len {last['train/response_length_mean']:.1f} "
+              f"gen {batch.generation_s:.1f}s train {sum(r['time/train_s'] for r in rows):.1f}s", flush=True)
+
+    # ---- validation and checkpoints ----------------------------------------------------------------------
+
+    def run_validation(self, engine) -> None:
+        """Validate the engine's weights (the learner's current ones) and log the `eval/...` row."""
+        started = time.perf_counter()
+        grpo_step = self.version
+        metrics, examples = validate(engine, self.eval_records, self.cfg, self.reward_fn, seed=self.cfg.seed)
+        atomic_write_jsonl(self.run_dir / SAMPLES_DIR / f"step_{grpo_step:04d}.jsonl", examples)
+        self.log({"step": self.state["optimizer_step"], "grpo_step": grpo_step, **metrics,
+                  "time/eval_s": time.perf_counter() - started, "time/elapsed_s": self.clock()})
+        print(f"  eval @ step {grpo_step}: answer {metrics['eval/answer_reward']:.3f} "
+              f"format {metrics['eval/format_reward']:.3f} length {metrics['eval/response_length']:.1f}", flush=True)
+
+    def catch_up_validation(self, engine) -> None:
+        """Run the validation due at the current step if it is missing (a fresh run's step 0, or one an
+        interruption cut short), and checkpoint a run that this finishes."""
+        if validation_due(self.cfg, self.version) and not validation_logged(self.rows_so_far, self.version):
+            self.run_validation(engine)
+            if self.version == self.cfg.n_grpo_steps:
+                self.save()
+
+    def validate_and_checkpoint(self, engine) -> None:
+        """After a GRPO step: validate when due (`engine` holds the current weights), checkpoint when due."""
+        grpo_step = self.version
+        if validation_due(self.cfg, grpo_step):
+            self.run_validation(engine)
+            self.boundary["state"]["elapsed_s"] = self.state["elapsed_s"] = self.clock()
+        if grpo_step == self.cfg.n_grpo_steps or (self.cfg.checkpoint_every
+                                                  and grpo_step % self.cfg.checkpoint_every == 0):
+            self.save()
+
+    def stop_early(self, engine, reason: str) -> None:
+        """End the run at the current GRPO step (`train`'s `stop_when`): validate it (so curves end at the
+        stop), checkpoint, and record the step and `reason` in `stopped.json`."""
+        self.run_validation(engine)
+        self.save()
+        atomic_write_json(self.run_dir / STOPPED_FILE, {"grpo_step": self.version, "reason": reason})
+        print(f"stopped early at GRPO step {self.version}: {reason}", flush=True)
+
+    def save(self) -> Path:
+        return save_checkpoint(self.run_dir, self.policy, self.tokenizer, self.optimizer, self.state, rng_state())
+
+    def save_interrupted(self) -> Path:
+        """Checkpoint the last completed GRPO step after an interruption; updates an unfinished rollout
+        batch already made stay in the weights (that batch is redone with fresh rollouts on resume),
+        and a validation this interrupted is redone on resume."""
+        saved = save_checkpoint(self.run_dir, self.policy, self.tokenizer, self.optimizer, self.boundary["state"],
+                                self.boundary["rng"], partial_step=self.boundary["weights_changed"])
+        print(f"interrupted: checkpoint saved to {saved}; continue with resume=True", flush=True)
+        return saved
+
+    def close(self) -> None:
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+# ---- the run folder ----------------------------------------------------------------------------------------
+
+def open_run(run_dir: Path, cfg: GRPOConfig, resume: bool, overwrite: bool) -> tuple[Path | None, dict | None]:
+    """Apply the folder rules of hw3lib.core.runs: `(checkpoint to resume or None, state of a finished run to reuse or None)`."""
+    if resume and overwrite:
+        raise ValueError("resume=True and overwrite=True contradict each other: pick one")
+    if overwrite:
+        if has_outputs(run_dir):
+            delete_outputs(run_dir)
+        return None, None
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        if has_outputs(run_dir):
+            raise refuse_existing(run_dir, "outputs but no checkpoint: it stopped before its first one, so "
+                                           "resume=True has nothing to continue from")
+        return None, None
+    state = json.loads((checkpoint / "state.json").read_text())
+    saved = json.loads((checkpoint / "config.json").read_text())
+    finished = (state["grpo_step"] == cfg.n_grpo_steps
+                and validation_logged(metrics_rows(run_dir), cfg.n_grpo_steps))
+    differing = config_differences(saved, cfg.to_dict())
+    if not resume and not (finished and not differing):
+        why = f"checkpoint at GRPO step {state['grpo_step']} of {saved['n_grpo_steps']}"
+        raise refuse_existing(run_dir, why + (f"; settings differ: {', '.join(differing)}" if differing else ""))
+    check_resumable(checkpoint, cfg.to_dict(), cfg.n_grpo_steps)
+    if finished:
+        state.pop("partial_step", None)
+        return checkpoint, state
+    return checkpoint, None
+
+
+def validation_due(cfg: GRPOConfig, grpo_step: int) -> bool:
+    """Validation runs before the first step, every `eval_every` steps and after the last."""
+    return grpo_step == 0 or grpo_step % cfg.eval_every == 0 or grpo_step == cfg.n_grpo_steps
+
+
+# ---- rollouts --------------------------------------------------------------------------------------------
+
+def response_values(packed: dict[str, torch.Tensor], values: Sequence[Sequence[float]]) -> torch.Tensor:
+    """Per-token values of each response (e.g. the engine's log-probs) placed at its label columns: `[N, L-1]`.
+
+    `packed` is `pack_prompt_and_output_ids`' output; row i's values fill columns
+    `response_start[i] : response_start[i] + len(values[i])`, zeros elsewhere.
+    """
+    out = torch.zeros(packed["labels"].shape, dtype=torch.float32)  # [N, L-1]
+    for row, (start, row_values) in enumerate(zip(packed["response_start"].tolist(), values)):
+        out[row, start:start + len(row_values)] = torch.tensor(row_values, dtype=torch.float32)
+    return out
+
+
+def learning_rate_at(cfg: GRPOConfig, optimizer_step: int) -> float:
+    """The learning rate of optimizer step `optimizer_step` (1-based): linear warm-up, then constant."""
+    if cfg.lr_warmup_steps and optimizer_step < cfg.lr_warmup_steps:
+        return cfg.learning_rate * optimizer_step / cfg.lr_warmup_steps
+    return cfg.learning_rate
+
+
+def rollout_seed(seed: int, grpo_step: int) -> int:
+    """The sampling seed of one GRPO step: reproducible, and the same after a resume."""
+    return seed * 1_000_003 + grpo_step

@@ -1,0 +1,251 @@
+"""Keyword inclusion: the dataset, a short SFT of hw3lib's own transformer, and its GRPO run.
+(The task's records, split and reward live in hw3lib.tasks.keyword_data.)
+
+Task: "Write a sentence that includes the words: apple, red." is answered correctly iff every
+keyword occurs in the response as a whole word (`hw3lib.tasks.rewards.keyword_inclusion_reward_fn`).
+
+- **Data** (`make_keyword_records`, `split_records`, `write_keyword_dataset`): records
+  `{"prompt", "answer", "keywords", "source"}`, split 80/20 into `train.jsonl` / `validation.jsonl`
+  with no keyword set shared between the splits. The keywords are 2 or 3 words drawn from word
+  lists (an adjective and one or two nouns, in random order in the prompt). The answers come either
+  from a **procedural generator** (`source: "procedural"`: sentence templates filled with the
+  keywords; no model involved, for CPU/offline use) or from a real model through a rollout engine
+  (`generate_answers`, `hw3 keyword data --generator MODEL`; `source: "generator:<model>"`), kept
+  only when they contain every keyword.
+- **Model**: a `hw3lib.models.nanogpt.GPT` with a word-level tokenizer built from the data's text.
+- **SFT** (`keyword_sft`): the course's SFT loss (hw3lib.maths.sft) on prompt -> answer + EOS for a few
+  steps, deliberately short so GRPO has room to improve; cached by its settings like the warm start.
+- **GRPO** (`keyword_config`): `hw3lib.grpo.loop.train` unchanged, prompt kind `keyword` (template
+  `{question}\\n`, stop at a newline or EOS). Reward `keyword_sentence_reward_fn`: the answer part is
+  `keyword_inclusion_reward_fn`, the format part asks for one sentence (see why there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, cache_dir
+from hw3lib.tasks.keyword_data import PROMPT_KIND, SPLITS, make_keyword_records, read_split, split_records
+
+def generate_answers(records: Sequence[dict], engine, model_name: str, samples_per_prompt: int = 4,
+                     max_tokens: int = 48, seed: int = 0) -> list[dict]:
+    """Answers from a real model: `samples_per_prompt` samples per prompt from `engine` (the rollout
+    engine), keeping the first one whose first line contains every keyword; prompts with none are dropped."""
+    from hw3lib.generation import SamplingConfig
+    from hw3lib.tasks.rewards import keyword_inclusion_reward_fn
+
+    sampling = SamplingConfig(n=samples_per_prompt, temperature=1.0, max_tokens=max_tokens, stop=("\n",),
+                              include_stop_str_in_output=False, seed=seed)
+    prompts = [format_keyword_prompt(record["prompt"]) for record in records]
+    kept = []
+    for record, samples in zip(records, engine.generate(prompts, sampling)):
+        for sample in samples:
+            text = sample.text.strip().split("\n")[0].strip()
+            if text and keyword_inclusion_reward_fn(text, record["keywords"])["reward"] == 1.0:
+                kept.append({**record, "answer": text, "source": f"generator:{model_name}"})
+                break
+    return kept
+
+
+def format_keyword_prompt(prompt: str) -> str:
+    from hw3lib.tasks.data import format_prompt
+
+    return format_prompt(PROMPT_KIND, prompt)
+
+
+# ---- files -------------------------------------------------------------------------------------------
+
+def write_keyword_dataset(out: str | Path, n: int = 2000, seed: int = 0, generator: str | None = None,
+                          overwrite: bool = False, engine_kind: str = "transformers", device: str = "cpu") -> Path:
+    """Write `train.jsonl` / `validation.jsonl` (80/20) and `dataset.json` (its settings) into `out`.
+
+    Procedural answers by default; `generator` (a model name or folder) answers through the rollout
+    engine instead. A folder holding a dataset with the same settings is reused; one with other
+    contents is refused (`hw3lib.core.runs.RunExistsError`) unless `overwrite`.
+    """
+    from hw3lib.core.runs import RunExistsError
+
+    out = Path(out)
+    settings = {"n": n, "seed": seed, "generator": generator, "split": "80/20"}
+    info = out / "dataset.json"
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        if info.is_file() and json.loads(info.read_text()).get("settings") == settings:
+            return out
+        raise RunExistsError(f"{out} already holds files that are not a keyword dataset with these settings "
+                             f"({settings}): choose another folder, or pass overwrite=True (--overwrite) to replace "
+                             "its train.jsonl / validation.jsonl / dataset.json")
+    records = make_keyword_records(n, seed=seed)
+    if generator is not None:
+        from hw3lib.generation import make_engine
+
+        engine = make_engine(engine_kind, generator, device=device)
+        try:
+            records = generate_answers(records, engine, generator, seed=seed)
+        finally:
+            engine.close()
+        if len(records) < 10:
+            raise ValueError(f"generator {generator!r} answered only {len(records)} of {n} prompts with every "
+                             "keyword: use a stronger (instruction-tuned) model, or the procedural generator")
+    splits = split_records(records, seed=seed)
+    for split in SPLITS:
+        atomic_write_jsonl(out / f"{split}.jsonl", splits[split])
+    atomic_write_json(info, {"settings": settings, "source": records[0]["source"],
+                             **{f"n_{split}": len(splits[split]) for split in SPLITS}})
+    return out
+
+
+# ---- the model and its SFT ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KeywordSFT:
+    """The own model's shape and its short SFT (everything hashed into the cache key)."""
+
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    block_size: int = 48
+    steps: int = 400
+    """Measured (2,000 procedural records, seed 0): greedy validation reward 0.00 after 200 steps, 0.39
+    after 300, 0.59 after 400, 0.86 after 800 -- copying the keywords appears abruptly. 400 leaves it
+    clearly below the ceiling for GRPO to show a rise."""
+    lr: float = 3e-3
+    batch_size: int = 32
+    seed: int = 0
+
+
+def new_model(records: Sequence[dict], settings: KeywordSFT):
+    """A freshly initialised GPT and a word tokenizer built from the records' prompts and answers."""
+    import torch
+
+    from hw3lib.models.nanogpt import GPT, GPTConfig, WordTokenizer
+
+    tokenizer = WordTokenizer.train([format_keyword_prompt(r["prompt"]) + r["answer"] for r in records])
+    torch.manual_seed(settings.seed)
+    model = GPT(GPTConfig(vocab_size=len(tokenizer), block_size=settings.block_size, n_layer=settings.n_layer,
+                          n_head=settings.n_head, n_embd=settings.n_embd, eos_token_id=tokenizer.eos_token_id))
+    return model, tokenizer
+
+
+def keyword_sft(data: str | Path, settings: KeywordSFT = KeywordSFT(), out_dir: str | Path | None = None,
+                verbose: bool = True) -> Path:
+    """SFT a fresh own model on `<data>/train.jsonl` (prompt -> answer + EOS); the saved folder (cached).
+
+    The tokenizer covers both splits' words (a word-level model cannot spell an unseen word). The
+    loss is hw3lib.maths.sft's: response log-probs through `response_log_probs`, `sft_microbatch_train_step`
+    normalised per token; AdamW with a linear decay to 10%.
+    """
+    import torch
+
+    from hw3lib.maths.logprobs import response_log_probs
+    from hw3lib.models.nanogpt import EOS_TOKEN
+    from hw3lib.maths.sft import sft_microbatch_train_step, tokenize_prompt_and_output
+
+    train = read_split(data, "train")
+    every = train + read_split(data, "validation")
+    digest = hashlib.sha256(json.dumps([every, asdict(settings)], sort_keys=True).encode()).hexdigest()[:12]
+    root = Path(out_dir) if out_dir is not None else cache_dir() / "keyword_sft"
+    target = root / digest
+    if (target / "config.json").is_file():
+        return target
+
+    started = time.perf_counter()
+    model, tokenizer = new_model(every, settings)
+    model.train()
+    prompts = [format_keyword_prompt(r["prompt"]) for r in train]
+    targets = [r["answer"] + EOS_TOKEN for r in train]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - 0.9 * step / settings.steps)
+    generator = torch.Generator().manual_seed(settings.seed)
+    losses = []
+    for step in range(settings.steps):
+        picks = torch.randint(len(train), (settings.batch_size,), generator=generator).tolist()
+        batch = tokenize_prompt_and_output([prompts[i] for i in picks], [targets[i] for i in picks], tokenizer)
+        log_probs = response_log_probs(model, batch["input_ids"], batch["labels"])["log_probs"]  # [B, T]
+        mask = batch["response_mask"]  # [B, T]
+        _, stats = sft_microbatch_train_step(log_probs, mask, gradient_accumulation_steps=1,
+                                             normalize_constant=max(mask.sum().item(), 1) / settings.batch_size)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(stats["nll_per_token"].item())
+        if verbose and (step + 1) % max(1, settings.steps // 4) == 0:
+            print(f"  keyword SFT step {step + 1}/{settings.steps}: nll/token {losses[-1]:.3f}", flush=True)
+
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}."))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        atomic_write_json(staging / "sft.json", {"data": str(data), **asdict(settings), "n_train": len(train),
+                                                 "final_nll_per_token": losses[-1],
+                                                 "seconds": time.perf_counter() - started})
+        try:
+            staging.rename(target)
+        except OSError:  # a concurrent builder won the race; its result is identical
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+# ---- the GRPO run ----------------------------------------------------------------------------------
+
+# The recipe (tuned by hand on 2 shared CPU cores: about 30 s of GRPO on one thread). Rollouts of at most
+# 12 tokens (the longest procedural answer is 9 tokens + EOS); 32 prompts x 8 samples per step, two
+# epochs of two optimizer steps each (grpo_clip); lr 1e-3 (5e-4 and 7e-4 reached the same end point,
+# more slowly). Greedy validation reward (200 held-out prompts, standard error ~3 points) after the
+# 400-step SFT -> after 50 GRPO steps: 0.585 -> 0.925, 0.655 -> 0.955, 0.595 -> 0.92 for SFT seeds 0, 1, 2.
+KEYWORD_GRPO = {
+    "name": "keyword_smoke",
+    "prompt": PROMPT_KIND,
+    "dtype": "float32",  # a 0.1M-parameter model: no point in mixed precision
+    "engine": "transformers",  # the in-process engine kind; for an own model it is OwnModelEngine
+    "warm_start_steps": 0,  # the keyword SFT (keyword_sft) is the warm start
+    "n_train_examples": None,
+    "generation_batch_size": 256,
+    "n_grpo_steps": 50,
+    "rollout_batch_size": 256,
+    "group_size": 8,
+    "train_batch_size": 128,
+    "gradient_accumulation_steps": 1,
+    "epochs_per_rollout_batch": 2,
+    "loss_type": "grpo_clip",
+    "sampling_max_tokens": 12,
+    "sampling_min_tokens": 0,  # no EOS ban: engine and trainer log-probs then agree exactly (base.py)
+    "learning_rate": 1e-3,
+    "lr_warmup_steps": 4,
+    "eval_every": 10,
+    "n_eval_examples": 200,
+    "n_eval_samples_saved": 6,
+    "checkpoint_every": 10,
+}
+
+
+def keyword_config(model: str | Path, data: str | Path, profile: str | None = None, **overrides):
+    """The GRPOConfig of a keyword run: `KEYWORD_GRPO` on top of the profile's devices, then `overrides`."""
+    from hw3lib.grpo.config import GRPOConfig
+
+    return GRPOConfig.for_profile(profile, **{**KEYWORD_GRPO, "model": str(model), "dataset": str(data), **overrides})
+
+
+def default_data_dir(seed: int = 0) -> Path:
+    """Where the procedural dataset of `prepare` lives (a cache: it is rebuilt identically from its seed)."""
+    return cache_dir() / "keyword_data" / f"procedural_2000_seed{seed}"
+
+
+def prepare_keyword_run(profile: str | None = None, data: str | Path | None = None,
+                        sft: KeywordSFT = KeywordSFT(), verbose: bool = True, **overrides):
+    """Dataset (procedural in `default_data_dir()` unless `data` names a folder) -> cached SFT -> the
+    GRPOConfig that trains it (pass it to `hw3lib.grpo.loop.train`)."""
+    folder = Path(data) if data is not None else write_keyword_dataset(default_data_dir(sft.seed), seed=sft.seed)
+    model = keyword_sft(folder, sft, verbose=verbose)
+    return keyword_config(model, folder, profile, **overrides)

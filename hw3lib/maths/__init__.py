@@ -1,0 +1,5 @@
+"""The course's maths as pure tensor functions: SFT (`sft`), GRPO (`grpo`), per-token log-probs (`logprobs`).
+
+No I/O and no hw3lib import outside this folder; every function has hand-worked numbers and a
+float64 gradient check in tests/.
+"""

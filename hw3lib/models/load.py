@@ -1,0 +1,67 @@
+"""Model names: `resolve(name) -> (kind, path)`, then one load (`hw3lib.models.pretrained`).
+
+    model, tokenizer = load_model_and_tokenizer("tiny")            # the offline tiny Qwen3 model
+    model, tokenizer = load_model_and_tokenizer("tiny-sft")        # ... after a brief SFT (built once)
+    model, tokenizer = load_model_and_tokenizer("Qwen/Qwen3-0.6B", device="cuda")  # hub id or folder
+
+Names: `tiny` (built by hw3lib.models.tiny), `tiny-sft` (built by hw3lib.models.warmstart.tiny_sft_path),
+a folder saved with `save_pretrained` (a transformers model, or hw3lib's own transformer from
+hw3lib.models.nanogpt: kind `own`), or a hub id. `initial_policy_source(cfg)` is where a run's policy
+starts: `cfg.model` resolved, or its SFT warm start. This module is the top of `models`: naming
+`tiny-sft` trains `tiny`, so resolution sits above the warm start, which sits above the load.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hw3lib.models.pretrained import load_resolved, model_kind
+from hw3lib.models.tiny import tiny_model_path
+from hw3lib.models.warmstart import sft_warm_start, tiny_sft_path
+
+TINY = "tiny"
+TINY_SFT = "tiny-sft"
+
+
+def resolve(name_or_path: str) -> tuple[str, str]:
+    """`(kind, path)`: `tiny` / `tiny-sft` -> their built folders; an existing directory (checked) or a
+    hub id unchanged. `kind` is `own` for hw3lib's own transformer, else `transformers`."""
+    name_or_path = str(name_or_path)
+    if name_or_path == TINY:
+        return "transformers", str(tiny_model_path())
+    if name_or_path == TINY_SFT:
+        return "transformers", str(tiny_sft_path())
+    path = Path(os.path.expanduser(name_or_path))
+    if path.exists() and not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model directory {path} has no config.json: point it at a folder "
+                                "saved with save_pretrained (config.json, weights, tokenizer files)")
+    if not path.exists() and (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1):
+        raise FileNotFoundError(f"model path {name_or_path} does not exist: pass a local model directory, "
+                                "a hub id like Qwen/Qwen3-0.6B, `tiny` or `tiny-sft`")
+    if not path.exists():
+        return "transformers", name_or_path  # a hub id
+    return model_kind(path), str(path)
+
+
+def resolve_model(name_or_path: str) -> str:
+    """The folder (or hub id) a name resolves to: `resolve(name)[1]`."""
+    return resolve(name_or_path)[1]
+
+
+def load_model_and_tokenizer(name_or_path: str = TINY, device: str = "cpu", dtype: str = "float32"):
+    """Load a causal LM and its tokenizer (left padding) by any name `resolve` knows."""
+    return load_resolved(*resolve(name_or_path), device=device, dtype=dtype)
+
+
+def initial_policy_source(cfg) -> str:
+    """Where a run's initial policy loads from: `cfg.model` resolved, or its SFT warm start on arithmetic
+    (cached; `cfg.warm_start_steps` > 0)."""
+    if not cfg.warm_start_steps:
+        return cfg.model
+    from hw3lib.tasks.data import make_arithmetic_problems
+
+    records = make_arithmetic_problems(cfg.warm_start_examples, seed=cfg.seed + 2_000_003,
+                                       max_operand=cfg.arithmetic_max_operand)
+    return str(sft_warm_start(resolve_model(cfg.model), records, steps=cfg.warm_start_steps, lr=cfg.warm_start_lr,
+                              batch_size=cfg.warm_start_batch_size, seed=cfg.seed, prompt=cfg.prompt))

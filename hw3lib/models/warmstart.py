@@ -1,0 +1,157 @@
+"""A short SFT warm start, so GRPO on a tiny model has some reward to work with.
+
+An untrained (or randomly initialised) policy almost never produces a correct, well-formatted
+answer, so every group's rewards are equal, every advantage is zero and GRPO cannot learn.
+`sft_warm_start` fine-tunes the model for a few steps on R1-Zero style solutions of synthetic
+arithmetic problems (`hw3lib.tasks.data.arithmetic_sft_target`: " 23 + 45 = 68 </think> <answer> 68
+</answer>") with the course's SFT loss (`hw3lib.maths.sft.sft_microbatch_train_step`): the policy learns
+the format and partly the arithmetic, leaving room for RL to improve the answers.
+
+The result is saved with `save_pretrained` under `out_dir/<key>` (default
+`$HW3_CACHE_DIR/warmstart/`), where the key hashes every setting (model, the records, steps,
+learning rate, batch size, seed, prompt); a second call with the same settings reuses it.
+Writing goes to a temporary folder renamed into place, so an interrupted build is never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+# Bump when the recipe (or the numerics of the code it runs, e.g. the attention) changes so stale
+# warm starts are not reused.
+RECIPE_VERSION = 3
+# SFT steps of the named model `tiny-sft` (see tiny_sft_path).
+TINY_SFT_STEPS = 40
+
+
+def direct_answer_target(record: dict) -> str:
+    """The R1-Zero completion without the working: " </think> <answer> 68 </answer>"."""
+    return f" </think> <answer> {record['gold']} </answer>"
+
+
+def warm_start_key(model_source: str, records: Sequence[dict], steps: int, lr: float, batch_size: int,
+                   seed: int, prompt: str, working_fraction: float = 1.0) -> str:
+    """A short hash of every setting that determines the warm-started weights."""
+    blob = json.dumps({"recipe": RECIPE_VERSION, "model": model_source, "steps": steps, "lr": lr,
+                       "batch_size": batch_size, "seed": seed, "prompt": prompt, "working_fraction": working_fraction,
+                       "records": hashlib.sha256(json.dumps(list(records), sort_keys=True).encode()).hexdigest()},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def sft_warm_start(source: str, records: Sequence[dict] | None = None, steps: int = 150, lr: float = 2e-3,
+                   batch_size: int = 32, seed: int = 0, out_dir: str | Path | None = None,
+                   prompt: str = "r1_zero", working_fraction: float = 1.0, verbose: bool = True) -> Path:
+    """Fine-tune the model at `source` with SFT on `records` (arithmetic problems); return the saved folder.
+
+    `source` is a resolved model folder or hub id (`hw3lib.models.load.resolve_model`: callers resolve
+    names such as `tiny`, since naming `tiny-sft` needs this warm start).
+
+    Each step draws `batch_size` records at random (seeded), computes the summed negative
+    log-likelihood of the target completion per sequence divided by the batch's mean response
+    length (a per-token scale, so `lr` does not depend on answer length), averages over the batch
+    and takes one AdamW step (betas 0.9/0.95, no weight decay, gradient clipping at 1.0) with a
+    learning rate decaying linearly to 10% of `lr`. Cached: see the module docstring.
+
+    `working_fraction`: the share of records whose target shows the working
+    (`arithmetic_sft_target`); the others get the bare answer `direct_answer_target` (a seeded,
+    fixed choice per record). See the module docstring for why the smoke profile mixes them.
+    """
+    import torch
+
+    from hw3lib.tasks.data import arithmetic_sft_target, format_prompt, make_arithmetic_problems
+    from hw3lib.core.io import atomic_write_json, cache_dir
+    from hw3lib.maths.sft import sft_microbatch_train_step, tokenize_prompt_and_output
+    from hw3lib.models.pretrained import load_resolved, model_kind
+    from hw3lib.maths.logprobs import response_log_probs, shared_prefix_length
+
+    if steps < 1 or batch_size < 1 or not lr > 0:
+        raise ValueError(f"sft_warm_start: steps={steps}, batch_size={batch_size} and lr={lr} must be positive")
+    if not 0.0 <= working_fraction <= 1.0:
+        raise ValueError(f"sft_warm_start: working_fraction={working_fraction} must be in [0, 1]")
+    if prompt != "r1_zero":
+        raise ValueError(f"sft_warm_start: prompt={prompt!r} is not supported: the SFT targets are R1-Zero "
+                         "completions (reasoning </think> <answer> ... </answer>); use prompt='r1_zero'")
+    records = list(records) if records is not None else make_arithmetic_problems(2048, seed=seed + 2_000_003)
+    if not records:
+        raise ValueError("sft_warm_start: records is empty")
+    source = str(source)
+    root = Path(out_dir) if out_dir is not None else cache_dir() / "warmstart"
+    target = root / warm_start_key(source, records, steps, lr, batch_size, seed, prompt, working_fraction)
+    if (target / "config.json").is_file():
+        return target
+
+    started = time.perf_counter()
+    policy, tokenizer = load_resolved(model_kind(source), source, device="cpu", dtype="float32")
+    policy.train()
+    prompts = [format_prompt(prompt, record["question"]) for record in records]
+    shows_working = random.Random(seed).choices([True, False], [working_fraction, 1 - working_fraction], k=len(records))
+    targets = [arithmetic_sft_target(r) if working else direct_answer_target(r) for r, working in zip(records, shows_working)]
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - 0.9 * step / steps)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for step in range(steps):
+        picks = torch.randint(len(records), (batch_size,), generator=generator).tolist()
+        batch = tokenize_prompt_and_output([prompts[i] for i in picks], [targets[i] for i in picks], tokenizer)
+        # Logits only from the first response column on: the shared prompt needs no lm_head.
+        first = int(batch["response_mask"].int().argmax(dim=1).min())
+        prefix = shared_prefix_length([prompt_ids[i] for i in picks])  # the template, run once
+        log_probs = response_log_probs(policy, batch["input_ids"], batch["labels"][:, first:],
+                                       shared_prefix=prefix)["log_probs"]  # [B, T]
+        mask = batch["response_mask"][:, first:]  # [B, T]
+        _, stats = sft_microbatch_train_step(log_probs, mask, gradient_accumulation_steps=1,
+                                             normalize_constant=max(mask.sum().item(), 1) / batch_size)
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(stats["nll_per_token"].item())
+        if verbose and (step + 1) % max(1, steps // 5) == 0:
+            print(f"  warm start step {step + 1}/{steps}: nll/token {losses[-1]:.3f}", flush=True)
+
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}."))
+    try:
+        policy.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        atomic_write_json(staging / "warm_start.json", {
+            "model": source, "steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed, "prompt": prompt,
+            "working_fraction": working_fraction,
+            "n_records": len(records), "final_nll_per_token": losses[-1], "seconds": time.perf_counter() - started})
+        try:
+            staging.rename(target)
+        except OSError:  # a concurrent builder won the race; its result is identical
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if verbose:
+        print(f"  warm start saved to {target} ({time.perf_counter() - started:.1f}s)", flush=True)
+    return target
+
+
+def tiny_sft_path() -> Path:
+    """The model named `tiny-sft`: the tiny model after a brief SFT on arithmetic, built on first use.
+
+    40 steps (batch 32, lr 3e-3) on 2,048 two-number problems with operands 0 to 4. The model has
+    half learned the R1-Zero format: on GSM8K questions it closes `</think> <answer> ... </answer>`
+    in about half of its samples and almost never has the answer right -- roughly how a small base
+    model behaves zero-shot. The smoke profile evaluates it in notebooks 01 and 02, where an
+    untrained model would put every response in the "unformatted" category. (The GRPO smoke run has
+    its own, longer warm start: see `GRPOConfig.warm_start_steps`.)
+    """
+    from hw3lib.tasks.data import make_arithmetic_problems
+
+    from hw3lib.models.tiny import tiny_model_path
+
+    records = make_arithmetic_problems(2048, seed=2_000_003, max_operand=4)
+    return sft_warm_start(str(tiny_model_path()), records, steps=TINY_SFT_STEPS, lr=3e-3, batch_size=32, seed=0, verbose=False)

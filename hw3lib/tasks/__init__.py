@@ -1,0 +1,5 @@
+"""The tasks: datasets and prompts (GSM8K, MATH-style jsonl, arithmetic, keywords) and their rewards.
+
+`data` loads questions and formats prompts (templates in `prompts/`), `rewards` grades answers,
+`keyword_data` builds the keyword-inclusion task. No model is imported here.
+"""

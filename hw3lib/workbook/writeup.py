@@ -1,0 +1,182 @@
+"""Build `writeup/writeup.pdf` from the user's own runs.
+
+The notebooks export their plots (PNG/PDF) and a small JSON of their key numbers to `figures/`.
+This module gathers every `figures/*.json` into `writeup/results.json` and compiles
+`writeup/writeup.typ` with Typst (the `typst` PyPI package, fully offline). The Typst source reads
+the numbers from that JSON, so no figure in the writeup is typed by hand; sections whose notebook
+has not been run say so ("Not run yet") instead of failing.
+
+`SECTIONS` lists the writeup's top-level sections in order with the notebook that fills each;
+`check_writeup(pdf, required_sections, must_be_run)` opens a built PDF (pypdf), splits its text at
+its headings (the PDF's bookmarks) and reports the required sections it lacks and the sections
+that still say "Not run yet" though they must have been run (`hw3lib.workbook.run` runs it after each
+build).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from hw3lib.core.io import DataFileError, atomic_write_bytes, atomic_write_json, figures_dir, project_root
+
+
+# The grids' sections (writeup/grids.typ), in the order the writeup shows them: grid -> section title.
+GRID_SECTIONS = {
+    "learning_rate": "Learning-rate sweep",
+    "baselines": "Baselines: no baseline vs the group mean",
+    "length_normalization": "Length normalization: per response vs constant",
+    "std_normalization": "Dividing advantages by the group std",
+    "off_policy": "Off-policy GRPO: broad sweep",
+    "off_policy_focused": "Off-policy GRPO: focused runs",
+    "clip_ablation": "Clipping the importance ratio",
+    "prompt": "Prompt: R1-Zero vs question only",
+    "sync_strategy": "Colocated sync strategy: one step vs several epochs per rollout batch",
+    "kl_drift": "KL drift from the initial policy",
+    "leaderboard": "Leaderboard run",
+}
+# Every top-level section of writeup.pdf in order, with the notebook (number) whose run fills it.
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("Zero-shot evaluation", "01"),
+    ("Best-of-N test-time scaling", "02"),
+    ("The GRPO building blocks", "03"),
+    ("GRPO training", "04"),
+    ("Keyword inclusion on a transformer written in hw3lib", "04"),
+    ("Asynchronous GRPO: overlapping generation and training", "04"),
+    *((title, "05") for title in GRID_SECTIONS.values()),
+    ("SFT at several data sizes, and expert iteration", "05"),
+    ("Kissing configurations in 11 dimensions", "06"),
+)
+NOT_RUN = "Not run yet"  # what `missing()` in writeup/common.typ prints
+
+
+class WriteupCheckError(RuntimeError):
+    """The built PDF lacks required sections or shows "Not run yet" where a run was expected."""
+
+    def __init__(self, pdf: Path, missing: list[str], not_run: list[str]):
+        self.missing, self.not_run = missing, not_run
+        lines = [f"{pdf} fails its check:"]
+        if missing:
+            lines.append("  sections missing: " + "; ".join(missing) + " (is writeup/writeup.typ complete?)")
+        if not_run:
+            lines.append("  sections still saying \"Not run yet\": " + "; ".join(not_run)
+                         + " (run their notebooks, then rebuild)")
+        super().__init__("\n".join(lines))
+
+
+def sections_of_notebooks(numbers: Iterable[str]) -> list[str]:
+    """The titles of the sections filled by the notebooks numbered `numbers` (e.g. "01", "05")."""
+    numbers = set(numbers)
+    return [title for title, notebook in SECTIONS if notebook in numbers]
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _heading_at(lines: list[str], i: int, title: str) -> bool:
+    """Whether `lines[i]` (with up to two following lines, for a heading that wrapped) reads `title`."""
+    return any(" ".join(lines[i:i + n]) == title for n in (1, 2, 3))
+
+
+def pdf_sections(pdf: str | Path) -> dict[str, str]:
+    """Section title (numbering removed) -> the text of that section in the PDF, in document order.
+
+    The PDF's top-level bookmarks give each heading and its page; the section starts at the line(s) of
+    that page that read as its heading (the top of the page if text extraction garbled it) and ends
+    where the next one starts.
+    """
+    from pypdf import PdfReader
+
+    pdf = Path(pdf)
+    if not pdf.is_file():
+        raise FileNotFoundError(f"{pdf} not found: build the writeup first (make writeup)")
+    reader = PdfReader(pdf)
+    pages = [[_normalized(line) for line in (page.extract_text() or "").splitlines()] for page in reader.pages]
+    headings = [(_normalized(item.title), reader.get_destination_page_number(item))
+                for item in reader.outline if not isinstance(item, list)]  # lists: sub-headings
+    starts = []  # (page, line) where each heading's section begins
+    cursor = (0, 0)
+    for title, page in headings:
+        position = max(cursor, (page, 0))
+        lines = pages[position[0]]
+        found = next((i for i in range(position[1], len(lines)) if _heading_at(lines, i, title)), None)
+        cursor = (position[0], found) if found is not None else position
+        starts.append(cursor)
+        cursor = (cursor[0], cursor[1] + 1)
+    sections = {}
+    for k, (title, _) in enumerate(headings):
+        (page, line), end = starts[k], starts[k + 1] if k + 1 < len(starts) else (len(pages), 0)
+        text = []
+        for p in range(page, min(end[0], len(pages) - 1) + 1):
+            first = line if p == page else 0
+            last = end[1] if p == end[0] else len(pages[p])
+            text += pages[p][first:last]
+        sections[re.sub(r"^\d+(\.\d+)*\.?\s+", "", title)] = "\n".join(text)
+    return sections
+
+
+def check_writeup(pdf: str | Path, required_sections: Iterable[str] = tuple(t for t, _ in SECTIONS),
+                  must_be_run: Iterable[str] = (), raise_on_failure: bool = True) -> dict:
+    """Which `required_sections` the PDF lacks and which of `must_be_run` still say "Not run yet".
+
+    Returns `{"sections": {title: ran?}, "missing": [...], "not_run": [...]}`; raises WriteupCheckError
+    naming both lists when either is non-empty (unless `raise_on_failure=False`).
+    """
+    sections = pdf_sections(pdf)
+    ran = {title: NOT_RUN not in _normalized(text) for title, text in sections.items()}
+    missing = [title for title in required_sections if title not in sections]
+    not_run = [title for title in must_be_run if title in sections and not ran[title]]
+    missing += [title for title in must_be_run if title not in sections and title not in missing]
+    if (missing or not_run) and raise_on_failure:
+        raise WriteupCheckError(Path(pdf), missing, not_run)
+    return {"sections": ran, "missing": missing, "not_run": not_run}
+
+
+def collect_results(figures: Path | None = None) -> dict:
+    """Every figures/<stem>.json as results[stem], plus which figure images exist."""
+    figures = figures or figures_dir()
+    results: dict = {}
+    for path in sorted(figures.glob("*.json")):
+        try:
+            results[path.stem] = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataFileError(f"{path}: not valid JSON ({exc}); re-run the notebook that writes it") from None
+    return {
+        "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _git_commit(),
+        "figures": sorted(p.name for p in figures.glob("*.png")),
+        "results": results,
+    }
+
+
+def build_writeup(root: Path | None = None) -> Path:
+    """Compile writeup/writeup.typ to writeup/writeup.pdf (written atomically); returns the PDF path."""
+    import typst
+
+    root = root or project_root()
+    source = root / "writeup" / "writeup.typ"
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} is missing: restore it from the repository (git checkout writeup/)")
+    atomic_write_json(root / "writeup" / "results.json", collect_results(root / "figures"))
+    pdf_bytes = typst.compile(str(source), root=str(root))
+    return atomic_write_bytes(root / "writeup" / "writeup.pdf", pdf_bytes)
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=project_root(), timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+if __name__ == "__main__":
+    print(build_writeup())
+    sys.exit(0)

@@ -1,0 +1,74 @@
+"""hw3lib.core.io: atomic writes and jsonl errors that name the file and line."""
+
+import json
+import os
+
+import pytest
+
+from hw3lib.core.io import (DataFileError, append_jsonl, atomic_write_json, atomic_write_jsonl, iter_jsonl_numbered,
+                       project_root, read_jsonl, save_figure)
+
+
+def test_atomic_write_json_round_trip_and_no_temp_left(tmp_path):
+    path = atomic_write_json(tmp_path / "sub" / "a.json", {"x": 1, "p": tmp_path})
+    assert json.loads(path.read_text()) == {"x": 1, "p": str(tmp_path)}
+    assert sorted(os.listdir(path.parent)) == ["a.json"]
+    assert oct(path.stat().st_mode & 0o777) != oct(0o600)
+
+
+def test_failed_write_keeps_old_content(tmp_path):
+    path = atomic_write_json(tmp_path / "a.json", {"ok": True})
+    with pytest.raises(TypeError):
+        atomic_write_json(path, {"bad": object()})
+    assert json.loads(path.read_text()) == {"ok": True}
+    assert sorted(os.listdir(tmp_path)) == ["a.json"]
+
+
+def test_read_jsonl_names_file_and_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2\n')
+    with pytest.raises(DataFileError, match=r"d\.jsonl:3: not valid JSON"):
+        read_jsonl(path)
+    path.write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(DataFileError, match=r"d\.jsonl:2: expected a JSON object, got list"):
+        read_jsonl(path)
+    with pytest.raises(DataFileError, match="file not found"):
+        read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_torn_tail_is_skipped_only_when_allowed(tmp_path):
+    path = tmp_path / "m.jsonl"
+    append_jsonl(path, {"step": 1})
+    append_jsonl(path, {"step": 2})
+    with open(path, "a") as handle:
+        handle.write('{"step": 3, "loss"')
+    assert [r["step"] for r in read_jsonl(path, allow_torn_tail=True)] == [1, 2]
+    with pytest.raises(DataFileError):
+        read_jsonl(path)
+
+
+def test_jsonl_round_trip(tmp_path):
+    rows = [{"i": i, "s": "é"} for i in range(3)]
+    assert read_jsonl(atomic_write_jsonl(tmp_path / "r.jsonl", rows)) == rows
+
+
+def test_project_root_finds_the_checkout():
+    root = project_root()
+    assert (root / "pyproject.toml").is_file() and (root / "hw3lib").is_dir()
+
+
+def test_numbered_rows_count_blank_lines(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_text('{"a": 1}\n\n  \n{"a": 2}\n')
+    assert list(iter_jsonl_numbered(path)) == [(1, {"a": 1}), (4, {"a": 2})]
+
+
+def test_save_figure_writes_each_format_whole_and_keeps_dotted_stems(tmp_path):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    fig.subplots().plot([0, 1], [1, 0])
+    paths = save_figure(fig, tmp_path / "plots" / "run.v2", dpi=50)
+    assert [p.name for p in paths] == ["run.v2.pdf", "run.v2.png"]
+    assert paths[0].read_bytes()[:5] == b"%PDF-" and paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(os.listdir(tmp_path / "plots")) == ["run.v2.pdf", "run.v2.png"]  # no temporary files left

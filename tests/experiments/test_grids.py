@@ -1,0 +1,283 @@
+"""The experiment grids (hw3lib.experiments.grids): definitions, noise bands by hand, divergence checks, and
+the runner's reuse / resume / sharing / divergence recording on tiny 2-step runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from hw3lib.experiments.grids import (GRIDS, DivergenceCheck, Grid, GridResult, binomial_band, build_grid, choices_from,
+                                common_base, compare, config_key, difference_band, noise_reading, run_grid, seed_band)
+from hw3lib.grpo.results import RunResult
+from hw3lib.grpo.config import GRPOConfig
+
+DERIVED = ("micro_train_batch_size", "n_prompts_per_rollout_batch", "n_microbatches_per_rollout_batch",
+           "optimizer_steps_per_rollout_batch", "off_policy")
+CHOICES = {"top": [{"epochs_per_rollout_batch": 2, "train_batch_size": 64, "gradient_accumulation_steps": 1,
+                    "loss_type": "grpo_clip"},
+                   {"epochs_per_rollout_batch": 4, "loss_type": "grpo_clip"}],
+           "off_policy": {"epochs_per_rollout_batch": 2, "loss_type": "grpo_clip"},
+           "settings": {"learning_rate": 1e-4, "use_std_normalization": False}}
+# The settings each grid is about: no config may change anything else.
+OFF_POLICY = {"epochs_per_rollout_batch", "train_batch_size", "gradient_accumulation_steps", "loss_type"}
+NAMED = {"learning_rate": {"learning_rate"}, "baselines": {"loss_type"},
+         "length_normalization": {"length_normalization"},
+         "std_normalization": {"use_std_normalization"},
+         "off_policy": OFF_POLICY, "off_policy_focused": OFF_POLICY, "clip_ablation": OFF_POLICY,
+         "prompt": {"prompt", "model", "warm_start_steps"}, "sync_strategy": OFF_POLICY, "kl_drift": {"monitor_kl"},
+         "leaderboard": {"learning_rate", "use_std_normalization"}}
+
+
+@pytest.fixture(autouse=True)
+def _runs_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path / "runs"))
+
+
+def differing(a: GRPOConfig, b: GRPOConfig) -> set[str]:
+    da, db = a.to_dict(), b.to_dict()
+    return {k for k in da if k not in ("name", *DERIVED) and da[k] != db[k]}
+
+
+# ---- grid definitions ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_each_config_differs_from_its_base_in_exactly_the_named_settings(profile):
+    assert set(NAMED) == set(GRIDS)
+    for name in GRIDS:
+        grid = build_grid(name, profile, choices=CHOICES)
+        assert grid.reference in grid.configs, name
+        assert len(grid.configs) >= (5 if name == "learning_rate" else 1)
+        for label, cfg in grid.configs.items():
+            assert cfg.name == f"{name}/{label}"
+            changed = differing(cfg, grid.base)
+            assert changed == set(grid.changes[label]), (name, label)
+            assert changed <= NAMED[name], (name, label, changed)
+        others = [label for label in grid.configs if label != grid.reference]
+        assert all(differing(grid.configs[label], grid.configs[grid.reference]) for label in others), name
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_off_policy_keeps_the_rollout_batch_and_the_microbatch(profile):
+    base = common_base(profile)
+    for name in ("off_policy", "off_policy_focused", "clip_ablation"):
+        grid = build_grid(name, profile, choices=CHOICES)
+        for cfg in grid.configs.values():
+            assert cfg.micro_train_batch_size == base.micro_train_batch_size
+            assert cfg.rollout_batch_size == base.rollout_batch_size
+            assert cfg.off_policy == (cfg.epochs_per_rollout_batch > 1 or cfg.train_batch_size < cfg.rollout_batch_size)
+            if cfg.off_policy:
+                assert cfg.loss_type in ("grpo_clip", "grpo_no_clip")
+    broad = build_grid("off_policy", profile)
+    points = {(c.epochs_per_rollout_batch, c.train_batch_size) for c in broad.configs.values()}
+    assert points >= {(1, base.rollout_batch_size), (1, base.rollout_batch_size // 4),
+                      (2, base.rollout_batch_size), (2, base.rollout_batch_size // 4)}
+    if profile == "full":
+        assert (4, base.rollout_batch_size) in points
+        assert broad.base.n_grpo_steps < base.n_grpo_steps  # the broad sweep's runs are short
+    else:  # smoke: the reward is flat for ~30 steps, so broad runs are full length and hold the base itself
+        assert broad.base.n_grpo_steps == base.n_grpo_steps
+        assert config_key(broad.configs["e2_b64"].to_dict()) == config_key(base.replace(name="x").to_dict())
+    # sync_strategy's (B): several epochs in optimizer batches of the base's size (smoke: the base itself)
+    sync = build_grid("sync_strategy", profile)
+    multi = sync.configs["multi_epoch"]
+    assert (multi.epochs_per_rollout_batch, multi.train_batch_size) == (
+        {"full": 4, "smoke": 2}[profile], base.train_batch_size)
+    assert sync.configs["one_step"].optimizer_steps_per_rollout_batch == 1
+    assert build_grid("off_policy_focused", profile, choices=CHOICES).base.n_grpo_steps == base.n_grpo_steps
+
+
+def test_full_versions_use_the_course_sizes():
+    base = common_base("full")
+    assert (base.n_grpo_steps, base.rollout_batch_size, base.group_size, base.train_batch_size,
+            base.gradient_accumulation_steps, base.learning_rate, base.loss_type, base.n_eval_examples,
+            base.sampling_max_tokens, base.model) == (200, 256, 8, 256, 128, 1e-5, "reinforce_with_baseline",
+                                                      1024, 1024, "Qwen/Qwen3-0.6B")
+    rates = sorted(c.learning_rate for c in build_grid("learning_rate", "full").configs.values())
+    assert len(rates) >= 5 and 1e-5 in rates and rates[0] < 1e-5 and rates[-1] >= 1e-3  # the top one diverges
+    leaderboard = build_grid("leaderboard", "full", choices=CHOICES).base
+    assert leaderboard.dataset == "math" and leaderboard.model == "Qwen/Qwen2.5-Math-1.5B"
+
+
+def test_dependent_grids_need_their_choices_and_seeds_repeat_configs():
+    with pytest.raises(ValueError, match="choices\\['top'\\]"):
+        build_grid("off_policy_focused", "smoke")
+    with pytest.raises(ValueError, match="unknown grid"):
+        build_grid("nope", "smoke")
+    grid = build_grid("baselines", "smoke", seeds=[0, 1])
+    assert grid.groups == {"reinforce_with_baseline": ["reinforce_with_baseline", "reinforce_with_baseline_seed1"],
+                           "no_baseline": ["no_baseline", "no_baseline_seed1"]}
+    assert grid.configs["no_baseline_seed1"].seed == 1 and grid.changes["no_baseline_seed1"] == {
+        "loss_type": "no_baseline", "seed": 1}
+
+
+# ---- noise, by hand ----------------------------------------------------------------------------------
+
+def test_noise_bands_by_hand():
+    # 49 of 98 right: (49 + 1) / (98 + 2) = 0.5; 2 * sqrt(0.25 / 100) = 0.1.
+    assert binomial_band(49 / 98, 98) == pytest.approx(0.1)
+    # 0 of 8: (0 + 1) / 10 = 0.1; 2 * sqrt(0.09 / 10) = 0.18974 (a band even at 0%).
+    assert binomial_band(0.0, 8) == pytest.approx(2 * math.sqrt(0.009))
+    # Two runs at 49/98: 2 * sqrt(0.0025 + 0.0025) = 0.141421.
+    assert difference_band(49 / 98, 98, 49 / 98, 98) == pytest.approx(0.1414214, rel=1e-6)
+    # Seeds 0.4, 0.6 (variance 0.02) vs 0.5, 0.5 (0): 2 * sqrt(0.02 / 2) = 0.2; one seed each: no band.
+    assert seed_band([0.4, 0.6], [0.5, 0.5]) == pytest.approx(0.2)
+    assert seed_band([0.4], [0.5]) is None
+
+
+def _fake_run(cfg: GRPOConfig, start: float, end: float, n: int = 98) -> RunResult:
+    evals = [{"step": 0, "grpo_step": 0, "eval/answer_reward": start, "eval/n": n, "time/elapsed_s": 1.0},
+             {"step": 2, "grpo_step": 2, "eval/answer_reward": end, "eval/n": n, "time/elapsed_s": 9.0}]
+    return RunResult(run_dir=None, config=cfg, metrics=evals, grpo_steps=2, optimizer_steps=2, skipped_steps=0,
+                     elapsed_s=9.0, checkpoint=None)
+
+
+def _fake_result(grid: Grid, values: dict[str, tuple[float, float]], diverged: dict | None = None) -> GridResult:
+    records = {label: {"run": cfg.name, "status": "finished", "wall_clock_s": 9.0, "shared": False}
+               for label, cfg in grid.configs.items()}
+    for label, (step, reason) in (diverged or {}).items():
+        records[label].update(status="diverged", stopped_at=step, reason=reason)
+    results = {label: _fake_run(cfg, *values[label]) for label, cfg in grid.configs.items()}
+    return GridResult(grid, results, records)
+
+
+def test_compare_and_reading_say_which_differences_exceed_noise():
+    grid = build_grid("learning_rate", "smoke")
+    ref = grid.reference  # lr_0.0002
+    values = {label: (30 / 98, 49 / 98) for label in grid.configs}  # reference: 30.6% -> 50.0%, +19.4 points
+    values["lr_0.0006"] = (30 / 98, 69 / 98)  # +20.4 points vs the reference
+    values["lr_6e-05"] = (30 / 98, 54 / 98)  # +5.1 points
+    values["lr_0.02"] = (30 / 98, 0.0)
+    rows = {row["label"]: row for row in compare(_fake_result(grid, values, {"lr_0.02": (3, "train/loss = nan")}))}
+    # 69/98: (69 + 1) / 100 = 0.7, variance 0.21 / 100; reference 0.25 / 100: 2 * sqrt(0.0046) = 0.135647.
+    assert rows["lr_0.0006"]["band"] == pytest.approx(0.135647, rel=1e-5)
+    assert rows["lr_0.0006"]["diff"] == pytest.approx(20 / 98) and rows["lr_0.0006"]["beyond_noise"]
+    # 54/98: 0.55, variance 0.2475 / 100: 2 * sqrt(0.004975) = 0.141067 > 5/98 = 0.051: within noise.
+    assert rows["lr_6e-05"]["band"] == pytest.approx(0.141067, rel=1e-5) and not rows["lr_6e-05"]["beyond_noise"]
+    assert not rows[ref]["beyond_noise"] and rows["lr_0.02"]["status"] == "diverged"
+    reading = noise_reading(_fake_result(grid, values, {"lr_0.02": (3, "train/loss = nan")}))
+    assert f"`{ref}` went from 30.6% to 50.0% (+19.4 points: learned by the 10-point bar)" in reading
+    assert "`lr_0.0006` ends at 70.4%, +20.4 points vs `lr_0.0002`: beyond the noise band of ±13.6 points" in reading
+    assert "`lr_6e-05` ends at 55.1%, +5.1 points vs `lr_0.0002`: within the noise band of ±14.1 points" in reading
+    assert "`lr_0.02` diverged at GRPO step 3 (train/loss = nan)" in reading
+
+
+def test_choices_from_the_broad_sweep_skip_diverged_runs_and_the_on_policy_reference():
+    grid = build_grid("off_policy", "full")
+    values = {label: (0.3, 0.5) for label in grid.configs}
+    values.update({"e4_b64": (0.3, 0.9), "e2_b64": (0.3, 0.7), "e4_b256": (0.3, 0.6), "e1_b256": (0.3, 0.65)})
+    picked = choices_from(_fake_result(grid, values, {"e4_b64": (4, "collapsed")}))
+    assert picked["top"] == [grid.changes["e2_b64"], grid.changes["e4_b256"]]
+    # e2_b64 beats the reference by 5 points on 98 questions: within noise, so the reference's settings win.
+    assert picked["settings"] == grid.changes["e1_b256"] and picked["reference_won"]
+
+
+# ---- divergence ----------------------------------------------------------------------------------------
+
+def _rows(step: int, reward: float, loss: float = 0.1, grad: float = 1.0) -> list[dict]:
+    return [{"step": step, "grpo_step": step, "train/reward": reward, "train/loss": loss, "train/grad_norm": grad}]
+
+
+def test_divergence_check_non_finite_and_collapse():
+    assert "train/grad_norm = nan" in DivergenceCheck()(_rows(1, 0.3, grad=float("nan")))
+    assert "train/loss = inf" in DivergenceCheck()(_rows(1, 0.3, loss=float("inf")))
+    check = DivergenceCheck(window=2, collapse_fraction=0.25)
+    # The first two steps average 0.4; the last two must average below 0.25 x 0.4 = 0.1.
+    assert [check(_rows(s, r)) for s, r in enumerate([0.4, 0.4, 0.15], 1)] == [None, None, None]
+    assert check(_rows(4, 0.06)) is None  # (0.15 + 0.06) / 2 = 0.105: not yet
+    assert check(_rows(5, 0.04)) == ("training reward collapsed: 0.050 over the last 2 GRPO steps vs 0.400 over "
+                                     "the first 2 (below 0.25 x)")
+    never = DivergenceCheck(window=2)
+    assert [never(_rows(s, 0.01)) for s in range(1, 6)] == [None] * 5  # no reward to lose: not a collapse
+    resumed = DivergenceCheck(window=2)
+    resumed.seed(_rows(1, 0.4) + _rows(2, 0.4) + _rows(3, 0.0), up_to_step=2)  # step 3 is redone after a resume
+    assert resumed.rewards == [0.4, 0.4]
+
+
+# ---- the runner on tiny runs -----------------------------------------------------------------------------
+
+def tiny_base(**overrides) -> GRPOConfig:
+    """tests/grpo/test_loop.py's tiny settings, smaller still: 2 questions x 4 samples, 2 GRPO steps, 4 held-out
+    questions."""
+    settings = dict(n_grpo_steps=2, rollout_batch_size=8, group_size=4, train_batch_size=8, epochs_per_rollout_batch=1,
+                    gradient_accumulation_steps=2, n_eval_examples=4, eval_every=2, checkpoint_every=1,
+                    n_train_examples=256, loss_type="reinforce_with_baseline")
+    settings.update(overrides)
+    return GRPOConfig.for_profile("smoke", name="base", **settings)
+
+
+def tiny_grid(name: str, changes: dict[str, dict]) -> Grid:
+    base = tiny_base()
+    configs = {label: base.replace(name=f"{name}/{label}", **change) for label, change in changes.items()}
+    return Grid(name, "smoke", base, configs, changes, next(iter(changes)), "test grid",
+                {label: [label] for label in changes})
+
+
+def test_runner_resumes_reuses_shares_and_records_divergence(monkeypatch):
+    import hw3lib.grpo.loop as train_module
+    from hw3lib.core.io import runs_dir
+
+    # 1. Interrupted in GRPO step 2, then resumed: one row per optimizer step, validations at 0 and 2.
+    def interrupt(info):
+        if info["grpo_step"] == 2:
+            raise KeyboardInterrupt
+
+    first = tiny_grid("g1", {"a": {}})
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(first, callback=interrupt)
+    resumed = run_grid(first)
+    run = resumed.results["a"]
+    assert [r["grpo_step"] for r in run.train_rows] == [1, 2] and [r["grpo_step"] for r in run.eval_rows] == [0, 2]
+    assert resumed.records["a"]["status"] == "finished" and not resumed.records["a"]["shared"]
+
+    # 2. Another grid: `a` has the same settings (shared, not retrained); `nan` gets a non-finite gradient.
+    def poison(info):
+        next(info["policy"].parameters()).grad.fill_(float("nan"))
+
+    second = tiny_grid("g2", {"a": {}, "nan": {"use_std_normalization": False}})
+    result = run_grid(second, callback=poison)
+    assert result.records["a"] == {**resumed.records["a"], "shared": True, "changes": {}}
+    assert result.records["a"]["run"] == "g1/a" and not (runs_dir() / "g2" / "a").exists()
+    assert result.results["a"].metrics == run.metrics
+    nan = result.records["nan"]
+    assert (nan["status"], nan["stopped_at"], nan["grpo_steps"]) == ("diverged", 1, 1)
+    assert "train/grad_norm = nan" in nan["reason"]
+    assert json.loads((runs_dir() / "g2" / "nan" / "stopped.json").read_text())["grpo_step"] == 1
+    assert [r["grpo_step"] for r in result.results["nan"].eval_rows] == [0, 1]  # validated where it stopped
+    manifest = json.loads((runs_dir() / "g2" / "grid.json").read_text())
+    assert manifest["configs"]["nan"]["status"] == "diverged" and manifest["configs"]["a"]["run"] == "g1/a"
+
+    # 3. Run again: nothing is trained (finished and diverged runs are read back).
+    monkeypatch.setattr(train_module, "start_run", lambda *a, **k: pytest.fail("a run was trained again"))
+    again = run_grid(second)
+    assert again.records["nan"]["status"] == "diverged"
+    assert again.results["nan"].metrics == result.results["nan"].metrics
+    assert again.results["a"].metrics == run.metrics
+
+
+def test_run_sweep_runs_the_grids_a_grid_needs_and_passes_on_their_winners(monkeypatch):
+    import hw3lib.experiments.grids as experiments
+
+    ends = {("learning_rate", "lr_3e-05"): 0.9,  # beyond noise: the leaderboard takes it
+            ("baselines", "no_baseline"): 0.55,  # within noise: the reference's setting stays
+            ("off_policy", "e4_b256"): 0.8, ("off_policy", "e2_b256"): 0.7, ("off_policy", "e1_b64"): 0.95,
+            ("off_policy_focused", "e4_b256"): 0.9, ("clip_ablation", "grpo_no_clip"): 0.9}
+    diverged = {("off_policy", "e1_b64"): (3, "collapsed")}
+    ran = []
+
+    def fake_run_grid(grid, check):
+        ran.append((grid.name, sorted(grid.configs)))
+        values = {label: (0.3, ends.get((grid.name, label), 0.5)) for label in grid.configs}
+        return _fake_result(grid, values, {label: why for (name, label), why in diverged.items() if name == grid.name})
+
+    monkeypatch.setattr(experiments, "run_grid", fake_run_grid)
+    result = experiments.run_sweep("leaderboard", "full")
+    names = [name for name, _ in ran]
+    assert names[-1] == "leaderboard" and names.index("off_policy") < names.index("off_policy_focused") < \
+        names.index("clip_ablation")
+    # Focused: the on-policy reference and the two best broad settings that did not diverge.
+    assert dict(ran)["off_policy_focused"] == ["e1_b256", "e2_b256", "e4_b256"]
+    best = result.grid.configs["best"]
+    assert (best.learning_rate, best.loss_type, best.epochs_per_rollout_batch, best.train_batch_size,
+            best.use_std_normalization) == (3e-5, "grpo_no_clip", 4, 256, True)

@@ -1,0 +1,281 @@
+"""hw3lib.experiments.report: the answer sentences of each grid, checked on fake grid results with hand-chosen
+numbers (noise bands worked by hand), the JSON summary, and report_grid's files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hw3lib.experiments.grids import Grid, GridResult
+from hw3lib.experiments.report import grid_summary, metric_stats, report_grid, reward_at, seconds_per_step
+from hw3lib.grpo.results import RunResult
+from hw3lib.grpo.config import GRPOConfig
+
+N = 100  # validation questions of every fake run
+PHASES = {"generation": 1.0, "scoring": 0.0, "old_logprobs": 0.0, "train": 1.0, "weight_sync": 0.0}
+
+
+def _run(cfg: GRPOConfig, evals: list[tuple[int, float, float]], per_step: dict[str, list[float]] | None = None,
+         seconds: dict[str, float] | None = None) -> RunResult:
+    """A run's metrics: `evals` as (GRPO step, wall-clock s, answer reward); one training row per GRPO step
+    with `per_step[metric][step - 1]` and `seconds` per phase."""
+    per_step = per_step or {"train/grad_norm": [1.0, 1.0]}
+    seconds = {**PHASES, **(seconds or {})}
+    steps = max(len(values) for values in per_step.values())
+    rows = [{"step": g, "grpo_step": g, "train/loss": 0.1, "train/reward": 0.3, "time/elapsed_s": 10.0 * g,
+             **{f"time/{part}_s": s for part, s in seconds.items()},
+             **{key: values[g - 1] for key, values in per_step.items()}} for g in range(1, steps + 1)]
+    rows += [{"step": s, "grpo_step": s, "eval/answer_reward": r, "eval/n": N, "time/elapsed_s": t, "time/eval_s": 0.0}
+             for s, t, r in evals]
+    return RunResult(run_dir=None, config=cfg, metrics=rows, grpo_steps=steps, optimizer_steps=steps, skipped_steps=0,
+                     elapsed_s=evals[-1][1], checkpoint=None)
+
+
+def _grid(name: str, changes: dict[str, dict], **base_overrides) -> Grid:
+    base = GRPOConfig.for_profile("smoke", name="base", n_grpo_steps=2, **base_overrides)
+    configs = {label: base.replace(name=f"{name}/{label}", **change) for label, change in changes.items()}
+    groups = {label: [label] for label in changes}
+    return Grid(name, "smoke", base, configs, changes, next(iter(changes)), f"{name}?", groups)
+
+
+def _result(grid: Grid, runs: dict[str, dict], diverged: dict | None = None) -> GridResult:
+    """`runs[label]`: the keyword arguments of `_run` (the config comes from the grid)."""
+    records = {label: {"run": cfg.name, "status": "finished", "wall_clock_s": runs[label]["evals"][-1][1],
+                       "shared": False} for label, cfg in grid.configs.items()}
+    for label, (step, reason) in (diverged or {}).items():
+        records[label].update(status="diverged", stopped_at=step, reason=reason)
+    return GridResult(grid, {label: _run(cfg, **runs[label]) for label, cfg in grid.configs.items()}, records)
+
+
+def _ends(start: float, end: float, seconds: float = 100.0) -> dict:
+    return {"evals": [(0, 1.0, start), (2, seconds, end)]}
+
+
+# ---- the run-level numbers ---------------------------------------------------------------------------------
+
+def test_metric_stats_time_and_reward_at_wall_clock():
+    cfg = GRPOConfig.for_profile("smoke", name="x")
+    run = _run(cfg, [(0, 1.0, 0.3), (1, 50.0, 0.4), (2, 120.0, 0.6)],
+               {"train/entropy": [1.0, 0.5, 0.3], "train/grad_norm": [float("nan"), 2.0, 4.0]},
+               seconds={"generation": 2.0, "train": 3.0})
+    assert metric_stats(run, "train/entropy") == {"first": 1.0, "mean": pytest.approx(0.6), "last": 0.3, "steps": 3}
+    assert metric_stats(run, "train/grad_norm") == {"first": 2.0, "mean": 3.0, "last": 4.0, "steps": 2}  # NaN skipped
+    assert metric_stats(run, "train/kl_k3") is None
+    assert seconds_per_step(run) == {**PHASES, "generation": 2.0, "train": 3.0, "eval": 0.0, "total": 5.0}
+    # The last validation at or before the time: 0.4 at 50 s holds until 120 s; before the first, the first.
+    assert [reward_at(run, t) for t in (0.5, 49.0, 50.0, 119.0, 500.0)] == [0.3, 0.3, 0.4, 0.4, 0.6]
+
+
+# ---- the answers, grid by grid ----------------------------------------------------------------------------
+
+def test_learning_rate_names_the_winner_its_margin_vs_noise_and_the_diverged_rate():
+    grid = _grid("learning_rate", {"lr_0.0002": {}, "lr_6e-05": {"learning_rate": 6e-5},
+                                   "lr_0.0006": {"learning_rate": 6e-4}, "lr_0.002": {"learning_rate": 2e-3},
+                                   "lr_0.02": {"learning_rate": 2e-2}})
+    runs = {"lr_0.0002": _ends(0.3, 0.5), "lr_6e-05": _ends(0.3, 0.4), "lr_0.0006": _ends(0.3, 0.7),
+            "lr_0.002": _ends(0.3, 0.6), "lr_0.02": _ends(0.3, 0.9)}
+    answers = grid_summary(_result(grid, runs, {"lr_0.02": (3, "train/loss = nan")}))["answers"]
+    # 0.7 vs 0.6 on 100 questions each (Agresti-Caffo): (71/102)(31/102)/102 + (61/102)(41/102)/102 = 0.0020741 +
+    # 0.0023568, 2 sqrt(.) = 0.1331: +10 points is within noise. Against the base 0.5: 2 sqrt(0.0020741 + 0.0024510)
+    # = 0.1345.
+    assert answers[0] == ("Winner: lr 0.0006 ended highest, at 70.0% (from 30.0%); its margin over the next best, "
+                          "lr 0.002 at 60.0%, is +10.0 points, within noise, band ±13.3 points.")
+    assert answers[1] == "Against the base rate (lr 0.0002, 50.0%): +20.0 points, beyond noise, band ±13.5 points."
+    assert answers[2].startswith("lr 0.02 diverged at GRPO step 3 (train/loss = nan)")  # the best end, but diverged
+    assert answers[3] == ("Rise of the validation answer reward by rate: lr 6e-05: +10.0 points, lr 0.0002: +20.0 "
+                          "points, lr 0.0006: +40.0 points, lr 0.002: +30.0 points, lr 0.02: +60.0 points (diverged).")
+
+
+def test_baselines_report_reward_vs_noise_and_what_no_baseline_did_to_the_other_metrics():
+    grid = _grid("baselines", {"reinforce_with_baseline": {"loss_type": "reinforce_with_baseline"},
+                               "no_baseline": {"loss_type": "no_baseline"}})
+    runs = {"reinforce_with_baseline": {**_ends(0.3, 0.5), "per_step": {
+                "train/entropy": [1.0, 0.9], "train/grad_norm": [1.0, 1.5],
+                "train/response_length_mean": [20.0, 22.0]}},
+            "no_baseline": {**_ends(0.3, 0.55), "per_step": {
+                "train/entropy": [1.0, 0.5], "train/grad_norm": [4.0, 6.0],
+                "train/response_length_mean": [20.0, 40.0]}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    # 0.55 vs 0.5: 2 sqrt((56/102)(46/102)/102 + (51/102)(51/102)/102) = 2 sqrt(0.0024760 + 0.0024510) = 0.1404.
+    assert answers[0] == ("`no_baseline` ended at 55.0% vs 50.0% for `reinforce_with_baseline` (+5.0 points): "
+                          "within noise, band ±14.0 points.")
+    assert answers[1] == ("Entropy: `no_baseline` averaged 0.75 nats/token over its GRPO steps (last step 0.5) vs "
+                          "0.95 nats/token (last 0.9) for `reinforce_with_baseline` (0.79x, lower).")
+    assert answers[2] == ("Gradient norm: `no_baseline` averaged 5 over its GRPO steps (last step 6) vs 1.25 "
+                          "(last 1.5) for `reinforce_with_baseline` (4.00x, higher).")
+    assert answers[3] == ("Response length: `no_baseline` averaged 30 tokens over its GRPO steps (last step 40) vs "
+                          "21 tokens (last 22) for `reinforce_with_baseline` (1.43x, higher).")
+
+
+def test_length_normalization_states_pros_and_cons_with_the_measured_lengths_and_gradients():
+    grid = _grid("length_normalization", {"masked_mean": {}, "constant": {"length_normalization": "constant"}})
+    assert grid.base.sampling_max_tokens == 32  # the constant normalizer: the smoke generation budget
+    runs = {"masked_mean": {**_ends(0.3, 0.6), "per_step": {"train/grad_norm": [2.0, 2.0],
+                                                            "train/response_length_mean": [10.0, 14.0]}},
+            "constant": {**_ends(0.3, 0.5), "per_step": {"train/grad_norm": [0.5, 0.5],
+                                                         "train/response_length_mean": [8.0, 8.0]}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert answers[0].startswith("`constant` ended at 50.0% vs 60.0% for `masked_mean` (-10.0 points): within noise")
+    assert "pro -- every response counts the same" in answers[1] and "mean gradient norm 2)" in answers[1]
+    assert answers[1].endswith("its mean response length went 10 -> 14 tokens.")
+    # Mean length 8 of a 32-token budget: 0.25; gradient norm 0.5 vs 2: 0.25x, a smaller effective step.
+    assert ("con -- the update shrinks by the mean length over the budget: at 8 tokens on average that is 0.25 of "
+            "the budget, and its mean gradient norm was 0.5 vs 2 (0.25x), so its effective step size is smaller"
+            in answers[2])
+    assert "(the token sum divided by the budget, 32 tokens)" in answers[2]
+
+
+def test_std_normalization_reports_reward_and_gradient_norm():
+    grid = _grid("std_normalization", {"std_on": {}, "std_off": {"use_std_normalization": False}})
+    runs = {"std_on": {**_ends(0.3, 0.5), "per_step": {"train/grad_norm": [2.0, 2.0]}},
+            "std_off": {**_ends(0.3, 0.8), "per_step": {"train/grad_norm": [1.0, 1.0]}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    # 0.8 vs 0.5: 2 sqrt((81/102)(21/102)/102 + (51/102)(51/102)/102) = 2 sqrt(0.0016029 + 0.0024510) = 0.1273.
+    assert answers[0] == ("`std_off` ended at 80.0% vs 50.0% for `std_on` (+30.0 points): beyond noise, band ±12.7 "
+                          "points.")
+    assert "(0.50x, lower)" in answers[1]
+
+
+def test_off_policy_compares_per_step_and_per_wall_clock_second():
+    grid = _grid("off_policy", {"e1_b256": {}, "e2_b64": {}, "e4_b256": {}})
+    runs = {"e1_b256": {"evals": [(0, 1.0, 0.3), (1, 100.0, 0.4), (2, 200.0, 0.5)]},  # on-policy: ends at 200 s
+            "e2_b64": {"evals": [(0, 1.0, 0.3), (1, 150.0, 0.6), (2, 300.0, 0.8)]},  # best per step, but slow
+            "e4_b256": {"evals": [(0, 1.0, 0.3), (1, 80.0, 0.55), (2, 160.0, 0.7)]}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert answers[0] == ("Per GRPO step `e2_b64` ended highest, at 80.0%: +30.0 points vs `e1_b256`, beyond noise, "
+                          "band ±12.7 points.")
+    # At 200 s (3.3 minutes): e2_b64 had reached 0.6 (its 150-s validation), e4_b256 0.7 (finished at 160 s).
+    assert answers[1] == ("Per wall-clock second, at the on-policy run's end (3.3 minutes) the runs had reached: "
+                          "`e2_b64` 60.0%, `e4_b256` 70.0%, `e1_b256` 50.0%.")
+    assert answers[2] == ("So per wall-clock second `e4_b256` is best: +20.0 points vs on-policy at the same time, "
+                          "beyond noise, band ±13.5 points.")
+    # Rise per minute: e1 20 points / (200/60) min = +6.0, e2 50 / 5 = +10.0, e4 40 / (160/60) = +15.0.
+    assert answers[3] == ("Seconds per GRPO step and validation-reward rise per wall-clock minute: `e1_b256` 2.0 s, "
+                          "+6.0 points/min, `e2_b64` 2.0 s, +10.0 points/min, `e4_b256` 2.0 s, +15.0 points/min.")
+
+
+def test_off_policy_says_so_when_on_policy_wins_within_noise():
+    grid = _grid("off_policy_focused", {"e1_b256": {}, "e2_b64": {}})
+    runs = {"e1_b256": _ends(0.3, 0.6, seconds=100.0), "e2_b64": _ends(0.3, 0.55, seconds=300.0)}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert answers[0] == ("Per GRPO step the on-policy run `e1_b256` ended highest, at 60.0%; the best off-policy "
+                          "setting, `e2_b64`, ended at 55.0% (-5.0 points, within noise, band ±13.8 points).")
+    assert answers[2] == "So per wall-clock second the on-policy run is best (60.0% by then)."
+
+
+def test_clip_ablation_reports_clip_fraction_and_reward():
+    grid = _grid("clip_ablation", {"grpo_clip": {}, "grpo_no_clip": {"loss_type": "grpo_no_clip"}})
+    runs = {"grpo_clip": {**_ends(0.3, 0.6), "per_step": {"train/clip_fraction": [0.1, 0.3],
+                                                          "train/ratio_mean": [1.0, 1.02]}},
+            "grpo_no_clip": {**_ends(0.3, 0.2), "per_step": {"train/ratio_mean": [1.0, 1.5]}}}
+    answers = grid_summary(_result(grid, runs, {"grpo_no_clip": (2, "training reward collapsed")}))["answers"]
+    assert answers[0] == ("`grpo_clip` clipped 20.0% of the tokens' ratios on average over its GRPO steps (last step "
+                          "30.0%); it ended at 60.0%.")
+    assert answers[1] == ("`grpo_no_clip` does not clip (no clip fraction); mean importance ratio 1.25; it ended at "
+                          "20.0%.")
+    assert answers[2].startswith("`grpo_no_clip` ended at 20.0% vs 60.0% for `grpo_clip` (-40.0 points): beyond noise")
+    assert answers[-1].startswith("`grpo_no_clip` diverged at GRPO step 2 (training reward collapsed)")
+
+
+def test_prompt_reports_each_prompt_with_its_own_reward():
+    grid = _grid("prompt", {"r1_zero": {}, "question_only": {"prompt": "question_only"}}, warm_start_steps=0)
+    answers = grid_summary(_result(grid, {"r1_zero": _ends(0.2, 0.5), "question_only": _ends(0.4, 0.6)}))["answers"]
+    assert answers[0] == ("`r1_zero` (prompt `r1_zero`, trained and validated with its own `r1_zero_reward_fn`): "
+                          "20.0% -> 50.0% (+30.0 points).")
+    assert answers[1] == ("`question_only` (prompt `question_only`, trained and validated with its own "
+                          "`question_only_reward_fn`): 40.0% -> 60.0% (+20.0 points).")
+    assert answers[2].startswith("The end values differ by +10.0 points (`question_only` minus `r1_zero`), within "
+                                 "noise, band ±13.9 points")
+
+
+def test_sync_strategy_reports_time_per_step_and_reward_against_wall_clock():
+    grid = _grid("sync_strategy", {"one_step": {}, "multi_epoch": {"epochs_per_rollout_batch": 2}})
+    runs = {"one_step": {"evals": [(0, 1.0, 0.3), (2, 60.0, 0.4)], "seconds": {"generation": 10.0, "train": 5.0}},
+            "multi_epoch": {"evals": [(0, 1.0, 0.3), (1, 45.0, 0.6), (2, 90.0, 0.7)],
+                            "seconds": {"generation": 10.0, "train": 20.0}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert answers[0] == ("Time per GRPO step: (A) `one_step` 15.0 s (training 5.0 s, generation 10.0 s) vs (B) "
+                          "`multi_epoch` 30.0 s (training 20.0 s, generation 10.0 s): B takes 2.00x A's time per step.")
+    assert answers[1].startswith("At the end: A 40.0% after 1.0 minutes, B 70.0% after 1.5 minutes (+30.0 points for B,"
+                                 " beyond noise")
+    # At A's end (60 s) B had its 45-s validation, 0.6: +20 points vs 0.4, band 2 sqrt(...) = 0.1370.
+    assert answers[2] == ("At the same wall-clock (1.0 minutes): A had 40.0%, B 60.0% (+20.0 points for B, beyond "
+                          "noise, band ±13.7 points): B is ahead per wall-clock second.")
+
+
+def test_kl_drift_reports_kl_at_the_end_against_the_reward_rise():
+    grid = _grid("kl_drift", {"kl": {"monitor_kl": True}})
+    runs = {"kl": {"evals": [(0, 1.0, 0.3), (1, 20.0, 0.4), (2, 40.0, 0.6)],
+                   "per_step": {"train/kl_k3": [0.03, 0.04], "train/kl_k1": [0.035, 0.05]}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert answers[0] == ("`kl`: at its last GRPO step the KL to the initial policy was k3 = 0.04 and k1 = 0.05 "
+                          "nats/token (first step: k3 = 0.03, k1 = 0.035); the validation answer reward went 30.0% -> "
+                          "60.0% (+30.0 points, beyond noise, band ±13.3 points).")
+    # (KL, reward) = (0, .3), (.03, .4), (.04, .6): means .02333, .43333; cross-product sum .005667, sums of
+    # squares .0008667 and .04667: r = .005667 / sqrt(.0008667 * .04667) = 0.891.
+    assert answers[1] == ("Does KL grow with reward? Yes: k3 grew over the run and its correlation with the validation "
+                          "reward across 3 validated steps (step 0 at KL 0) is r = +0.89.")
+
+
+def test_kl_drift_with_a_flat_reward_says_the_correlation_is_not_measurable():
+    grid = _grid("kl_drift", {"kl": {"monitor_kl": True}})
+    runs = {"kl": {"evals": [(0, 1.0, 0.3), (1, 20.0, 0.3), (2, 40.0, 0.3)],
+                   "per_step": {"train/kl_k3": [0.01, 0.02], "train/kl_k1": [0.01, 0.02]}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert answers[1] == ("Does KL grow with reward? Not measurable here: the validation reward (or KL) stayed "
+                          "constant across the 3 validated steps, while k3 grew over the run.")
+
+
+def test_leaderboard_states_the_chosen_settings_and_result():
+    grid = _grid("leaderboard", {"best": {"learning_rate": 6e-4}})
+    answers = grid_summary(_result(grid, {"best": _ends(0.3, 0.7, seconds=600.0)}))["answers"]
+    assert answers == ["Settings changed from the base recipe: learning_rate = 0.0006. With `tiny` on `arithmetic` for "
+                       "2 GRPO steps the validation answer reward went 30.0% -> 70.0% (+40.0 points, beyond noise, "
+                       "band ±12.9 points) in 10.0 minutes."]
+
+
+# ---- the summary and the report ----------------------------------------------------------------------------
+
+def test_summary_is_strict_json_and_states_who_produced_it():
+    grid = _grid("baselines", {"reinforce_with_baseline": {}, "no_baseline": {"loss_type": "no_baseline"}})
+    runs = {"reinforce_with_baseline": _ends(0.3, 0.5),
+            "no_baseline": {**_ends(0.3, 0.1), "per_step": {"train/grad_norm": [1.0, float("nan")],
+                                                            "train/loss": [0.1, float("inf")]}}}
+    summary = grid_summary(_result(grid, runs, {"no_baseline": (2, "train/loss = inf")}))
+    json.dumps(summary, allow_nan=False)  # Typst cannot read NaN: it must not be there
+    who = {key: summary[key] for key in ("grid", "profile", "model", "dataset", "reference", "n_grpo_steps", "n_eval")}
+    assert who == {"grid": "baselines", "profile": "smoke", "model": "tiny", "dataset": "arithmetic",
+                   "reference": "reinforce_with_baseline", "n_grpo_steps": 2, "n_eval": N}
+    rows = {row["label"]: row for row in summary["rows"]}
+    assert rows["no_baseline"]["text"] == {"start": "30.0%", "end": "10.0%", "diff": "-40.0 ± 11.7",
+                                           "beyond_noise": "yes", "status": "diverged @ 2"}
+    assert rows["reinforce_with_baseline"]["text"]["diff"] == "(reference)"
+    assert summary["configs"]["no_baseline"]["metrics"]["train/grad_norm"] == {"first": 1.0, "mean": 1.0, "last": 1.0,
+                                                                               "steps": 1}
+    assert summary["configs"]["no_baseline"]["seconds_per_step"]["total"] == 2.0
+    assert "`no_baseline` diverged at GRPO step 2 (train/loss = inf)" in summary["reading"]
+
+
+def test_summary_refuses_a_grid_with_a_missing_run():
+    grid = _grid("baselines", {"reinforce_with_baseline": {}, "no_baseline": {"loss_type": "no_baseline"}})
+    result = _result(grid, {"reinforce_with_baseline": _ends(0.3, 0.5), "no_baseline": _ends(0.3, 0.5)})
+    del result.results["no_baseline"]
+    with pytest.raises(ValueError, match="no result for no_baseline"):
+        grid_summary(result)
+
+
+def test_report_grid_writes_the_summary_and_names_its_figures(tmp_path, monkeypatch):
+    import matplotlib
+
+    import hw3lib.core.io
+
+    matplotlib.use("Agg")
+    monkeypatch.setattr(hw3lib.core.io, "figures_dir", lambda: tmp_path)
+    grid = _grid("kl_drift", {"kl": {"monitor_kl": True}})
+    runs = {"kl": {"evals": [(0, 1.0, 0.3), (2, 40.0, 0.6)], "per_step": {
+        "train/entropy": [1.0, 0.9], "train/kl_k3": [0.01, 0.04], "train/kl_k1": [0.012, 0.05]}}}
+    summary = report_grid(_result(grid, runs))
+    assert summary["figures"] == ["kl_drift_reward.png", "kl_drift_metrics.png", "kl_drift_kl.png"]
+    assert json.loads((tmp_path / "grid_kl_drift.json").read_text()) == summary
+    assert all((tmp_path / name).read_bytes()[:4] == b"\x89PNG" for name in summary["figures"])
