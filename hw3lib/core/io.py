@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 
 class DataFileError(ValueError):
@@ -50,6 +51,26 @@ def figures_dir() -> Path:
     path = project_root() / "figures"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def build_folder_once(target: Path, build: Callable[[Path], None], marker: str = "config.json") -> Path:
+    """`target`, built by `build(staging)` into a temporary sibling folder and renamed into place, unless
+    it already holds `marker` (a finished build). An interrupted build is never mistaken for a finished
+    one, and when two processes build the same folder at once the first rename wins (same content)."""
+    if (target / marker).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        build(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # a concurrent builder won the race; its result is identical
+            if not (target / marker).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

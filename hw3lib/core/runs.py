@@ -73,16 +73,6 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     return [f"{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in keys]
 
 
-def check_resumable(checkpoint: Path, config: dict, n_grpo_steps: int) -> None:
-    """A run resumes only with the settings it was started with (n_grpo_steps may grow)."""
-    differing = config_differences(json.loads((checkpoint / "config.json").read_text()), config)
-    if differing:
-        raise ValueError(f"cannot resume {checkpoint}: the config differs ({', '.join(differing)}); use the "
-                         "saved settings, or a new run name")
-    if json.loads((checkpoint / "state.json").read_text())["grpo_step"] > n_grpo_steps:
-        raise ValueError(f"cannot resume {checkpoint}: it is past n_grpo_steps={n_grpo_steps}")
-
-
 # ---- RNG ---------------------------------------------------------------------------------------------
 
 def seed_everything(seed: int) -> None:

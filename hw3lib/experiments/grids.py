@@ -58,7 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hw3lib.core.io import atomic_write_json, runs_dir
-from hw3lib.grpo.results import RunResult, run_result
+from hw3lib.core.lifecycle import RunResult, read_result
 from hw3lib.core.runs import latest_checkpoint, metrics_rows
 from hw3lib.grpo.loop import STOPPED_FILE
 from hw3lib.grpo.config import GRPOConfig
@@ -352,7 +352,7 @@ def run_config(cfg: GRPOConfig, check: DivergenceCheck | None = None,
     if stopped is not None:  # diverged before: read it back, never train it again
         checkpoint = latest_checkpoint(run_dir)
         state = json.loads((checkpoint / "state.json").read_text())
-        result = run_result(run_dir, cfg, state)
+        result = read_result(run_dir, cfg, state)
     else:
         check = check if check is not None else DivergenceCheck()
         checkpoint = latest_checkpoint(run_dir)

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from hw3lib.core import io
 from hw3lib.experiments.grids import GridResult, compare, difference_band, noise_reading, seed_band
 from hw3lib.experiments.plots import per_grpo_step
-from hw3lib.grpo.results import RunResult, time_breakdown
+from hw3lib.core.lifecycle import RunResult
+from hw3lib.grpo.results import time_breakdown
 
 METRIC = "eval/answer_reward"
 # Logged training metrics summarised per run (a run that does not log one, e.g. KL without

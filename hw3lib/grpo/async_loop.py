@@ -59,9 +59,9 @@ import numpy as np
 from hw3lib.maths.grpo import RATIO_LOSSES
 from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir
 from hw3lib.grpo.replay import ReplayBuffer, merge_groups, split_groups
-from hw3lib.grpo.results import RunResult, run_result
+from hw3lib.core.lifecycle import RunResult, read_result, reuse_message
 from hw3lib.core.runs import latest_checkpoint
-from hw3lib.grpo.loop import open_run
+from hw3lib.core.lifecycle import open_run
 from hw3lib.grpo.config import GRPOConfig
 
 MODES = ("one_behind", "replay")
@@ -236,8 +236,8 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
     checkpoint, finished_state = open_run(run_dir, cfg, resume, overwrite)
     _check_async_settings(run_dir, async_cfg, fresh=checkpoint is None)
     if finished_state is not None:
-        print(f"{run_dir} has finished all {cfg.n_grpo_steps} GRPO steps with these settings; reusing it", flush=True)
-        return run_result(run_dir, cfg, finished_state)
+        reuse_message(cfg, run_dir)
+        return read_result(run_dir, cfg, finished_state)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / ASYNC_FILE, asdict(async_cfg))
 
@@ -279,7 +279,7 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
             ray.shutdown()
     state = json.loads((latest_checkpoint(run_dir) / "state.json").read_text())
     state.pop("partial_step", None)
-    return run_result(run_dir, cfg, state)
+    return read_result(run_dir, cfg, state)
 
 
 class _Driver:

@@ -21,7 +21,8 @@ import numpy as np
 
 from hw3lib.grpo.async_loop import TIMINGS_FILE, AsyncConfig, train_async
 from hw3lib.core.io import read_jsonl, save_figure
-from hw3lib.grpo.results import RunResult, time_breakdown
+from hw3lib.core.lifecycle import RunResult
+from hw3lib.grpo.results import time_breakdown
 from hw3lib.grpo.loop import train
 from hw3lib.grpo.config import GRPOConfig
 

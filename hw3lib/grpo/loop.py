@@ -55,7 +55,6 @@ generated tokens per second of its whole step (generation to sync).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -65,18 +64,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hw3lib.maths.grpo import LOSS_INPUTS, RATIO_LOSSES, compute_group_normalized_rewards
-from hw3lib.core.io import append_jsonl, atomic_write_json, atomic_write_jsonl, runs_dir
-from hw3lib.maths.logprobs import batched_log_probs, shared_prefix_length
-from hw3lib.grpo.results import RunResult, run_result, validation_logged
-from hw3lib.core.runs import (METRICS_FILE, SAMPLES_DIR, WandbLink, check_resumable, config_differences,
-                         delete_outputs, has_outputs, latest_checkpoint, load_checkpoint, metrics_rows, refuse_existing,
-                         rng_state, save_checkpoint, seed_everything)
-from hw3lib.maths.sft import pack_prompt_and_output_ids
+from hw3lib.core.io import atomic_write_json, atomic_write_jsonl
+from hw3lib.core.lifecycle import (RunResult, TrainingRun, open_run, policy_source, read_result, reuse_message,
+                                   run_folder, start_message)
+from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.evaluation.validate import validate
-from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.step import logprob_mismatch, optimizer_step
+from hw3lib.maths.grpo import LOSS_INPUTS, RATIO_LOSSES, compute_group_normalized_rewards
+from hw3lib.maths.logprobs import batched_log_probs, pack_rollouts
+from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
 
 STOPPED_FILE = "stopped.json"  # written by `stop_when`: {"grpo_step", "reason"}
 
@@ -102,14 +99,14 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
     """
     from hw3lib.generation import training_engine
 
-    run_dir = runs_dir() / cfg.name
-    print(f"GRPO run '{cfg.name}' -> {run_dir}\n{cfg.describe()}", flush=True)
+    run_dir = run_folder(cfg)
+    start_message("GRPO", cfg, run_dir)
 
     # ---- set-up: the run folder, data, initial policy, (resumed) state, engine ---------------------------
-    checkpoint, finished_state = open_run(run_dir, cfg, resume, overwrite)
+    checkpoint, finished_state = open_run(run_dir, cfg, resume, overwrite)  # hw3lib.core.lifecycle
     if finished_state is not None:  # nothing left to do: read it back, no model, no engine
-        print(f"{run_dir} has finished all {cfg.n_grpo_steps} GRPO steps with these settings; reusing it", flush=True)
-        return run_result(run_dir, cfg, finished_state)
+        reuse_message(cfg, run_dir)
+        return read_result(run_dir, cfg, finished_state)
     train_records, learner = start_run(run_dir, cfg, checkpoint, callback)
     engine = training_engine(cfg, learner.policy, learner.tokenizer, learner.initial_model)
     engine.load_weights(learner.weights_for_engine())  # a resumed run's engine needs them too
@@ -149,16 +146,14 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
         learner.close()
         if cfg.engine == "vllm":
             engine.close()
-    return run_result(run_dir, cfg, learner.state)
+    return learner.result()
 
 
 def start_run(run_dir: Path, cfg: GRPOConfig, checkpoint: Path | None,
               callback: Callable[[dict], None] | None = None) -> tuple[list[dict], "GRPOLearner"]:
-    """Write the run's `config.json`, load the task and build the learner: `(training records, learner)`."""
+    """Load the task and build the learner (which writes the run's `config.json`): `(training records, learner)`."""
     from hw3lib.tasks.data import load_task
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "config.json", cfg.to_dict())
     train_records, eval_records = load_task(cfg)
     return train_records, GRPOLearner(cfg, run_dir, checkpoint, eval_records, callback)
 
@@ -238,9 +233,10 @@ def sample_rollout_batch(engine, cfg: GRPOConfig, train_records: Sequence[dict],
                         scores, generation_s, time.perf_counter() - started)
 
 
-class GRPOLearner:
-    """The training half of GRPO and the run's records: the float32 policy and its optimizer (and the
-    frozen reference with KL monitoring), `metrics.jsonl`, validation and checkpoints.
+class GRPOLearner(TrainingRun):
+    """The training half of GRPO on top of the run's lifecycle (hw3lib.core.lifecycle.TrainingRun: the
+    float32 policy and its optimizer, `metrics.jsonl`, validation and checkpoints when due): the frozen
+    reference with KL monitoring and `train_on(batch)`.
 
     The synchronous loop (`train`) and the asynchronous ones (hw3lib.grpo.async_loop, inside a Ray
     actor) drive the same object: `train_on(batch)` -> `finish_step(...)` ->
@@ -249,60 +245,27 @@ class GRPOLearner:
 
     def __init__(self, cfg: GRPOConfig, run_dir: Path, checkpoint: Path | None, eval_records: Sequence[dict],
                  callback: Callable[[dict], None] | None = None) -> None:
-        from hw3lib.models.load import load_model_and_tokenizer
-        from hw3lib.models.load import initial_policy_source
+        from hw3lib.models.load import initial_policy_source, load_model_and_tokenizer
 
-        self.cfg, self.run_dir, self.eval_records, self.callback = cfg, run_dir, eval_records, callback
+        self.eval_records, self.callback = eval_records, callback
         self.reward_fn = reward_fn_for(cfg.prompt)
         self.initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
-        # float32 master weights whatever cfg.dtype says: the low precision is autocast's (train_step).
-        self.policy, self.tokenizer = load_model_and_tokenizer(
-            str(checkpoint / "policy" if checkpoint else self.initial_model), device=cfg.policy_device,
-            dtype="float32")
+        # float32 master weights whatever cfg.dtype says: the low precision is autocast's (hw3lib.grpo.step).
+        policy, tokenizer = load_model_and_tokenizer(policy_source(checkpoint, self.initial_model),
+                                                     device=cfg.policy_device, dtype="float32")
         self.reference = None
         if cfg.monitor_kl:  # only then: a second copy of the model costs memory (frozen, so low precision is fine)
             self.reference, _ = load_model_and_tokenizer(str(self.initial_model), device=cfg.policy_device,
                                                          dtype=cfg.dtype)
             self.reference.requires_grad_(False).eval()
-        self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                                           betas=cfg.adam_betas)
-        if checkpoint is None:
-            self.state = {"grpo_step": 0, "optimizer_step": 0, "skipped_steps": 0, "elapsed_s": 0.0}
-            seed_everything(cfg.seed)
-        else:
-            self.state = load_checkpoint(checkpoint, self.optimizer, run_dir)  # also restores RNGs and metrics.jsonl
-            print(f"resumed from {checkpoint} at GRPO step {self.state['grpo_step']}", flush=True)
-        self.wandb = WandbLink(cfg.wandb_project, run_dir, cfg.name, cfg.to_dict()) if cfg.wandb_project else None
-        self.rows_so_far = metrics_rows(run_dir)  # as the checkpoint restored them
-        self.logged_rows = len(self.rows_so_far)
-        self.start_clock()
-        # The state at the last completed GRPO step: what an interruption's checkpoint records.
-        self.boundary = {"state": dict(self.state), "rng": rng_state(), "weights_changed": False}
-
-    @property
-    def version(self) -> int:
-        """Completed GRPO steps: the version of the weights `weights_for_engine` gives."""
-        return self.state["grpo_step"]
-
-    def start_clock(self) -> None:
-        """(Re)start the run's wall clock, continuing from the checkpoint's elapsed time."""
-        self.loop_started = time.perf_counter() - self.state["elapsed_s"]
-
-    def clock(self) -> float:
-        return time.perf_counter() - self.loop_started
+        super().__init__(cfg, run_dir, checkpoint, policy, tokenizer,
+                         fresh_state={"grpo_step": 0, "optimizer_step": 0, "skipped_steps": 0, "elapsed_s": 0.0})
 
     def weights_for_engine(self):
         """The policy's weights as a rollout engine takes them (bf16 copies in mixed precision)."""
         from hw3lib.generation import policy_weights_for_engine
 
         return policy_weights_for_engine(self.policy, self.cfg.dtype)
-
-    def log(self, row: dict) -> None:
-        append_jsonl(self.run_dir / METRICS_FILE, row)
-        if self.wandb is not None:
-            self.wandb.send(self.logged_rows, row)
-        self.logged_rows += 1
 
     # ---- one rollout batch -----------------------------------------------------------------------------
 
@@ -320,41 +283,17 @@ class GRPOLearner:
 
         # The rollouts as tensors: the exact token ids the engine sampled.
         started = time.perf_counter()
-        prompt_ids = self.tokenizer([p for p in batch.prompts for _ in range(cfg.group_size)],
-                                    add_special_tokens=False)["input_ids"]
-        packed = pack_prompt_and_output_ids(prompt_ids, [r.token_ids for r in batch.rollouts],
-                                            self.tokenizer.pad_token_id)
-        prefix = shared_prefix_length(prompt_ids)  # the prompt template: run once per microbatch
-        engine_log_probs = response_values(packed, [r.logprobs for r in batch.rollouts]).to(device)  # [N, L-1]
-        tensors = {key: packed[key].to(device) for key in ("input_ids", "labels", "response_mask")}
-        tensors.update(lengths=packed["lengths"], response_start=packed["response_start"])  # stay on the CPU
+        tensors, prefix = pack_rollouts(self.tokenizer, [p for p in batch.prompts for _ in range(cfg.group_size)],
+                                        [r.token_ids for r in batch.rollouts], device)
+        engine_log_probs = response_values(tensors, [r.logprobs for r in batch.rollouts]).to(device)  # [N, L-1]
         advantages = batch.advantages.to(device).unsqueeze(1)  # [N, 1]
         raw_rewards = batch.raw_rewards.to(device).unsqueeze(1)  # [N, 1]
         scoring_s = batch.scoring_s + time.perf_counter() - started
 
-        # Old log-probs (when the policy moves before a ratio/TIS step) and reference log-probs (KL
-        # monitoring only), once per rollout batch, never differentiated.
         started = time.perf_counter()
-        micro = cfg.micro_train_batch_size
-        old_log_probs = ref_log_probs = None
-        if stale:
-            old_log_probs = engine_log_probs  # [N, L-1] the behaviour policy's own
-        elif cfg.needs_old_log_probs:
-            old_log_probs = batched_log_probs(policy, tensors, micro, prefix, cfg.sampling_temperature,
-                                              cfg.dtype)  # [N, L-1]
-        if self.reference is not None:
-            ref_log_probs = batched_log_probs(self.reference, tensors, micro, prefix, cfg.sampling_temperature,
-                                              cfg.dtype)  # [N, L-1]
+        old_log_probs, ref_log_probs, mismatch = self.fixed_log_probs(tensors, prefix, engine_log_probs, stale)
         old_logprobs_s = time.perf_counter() - started
-
         rollout_stats = batch.rollout_stats()
-        # The engine/trainer mismatch, at the sampling weights: all rows from the old log-probs when
-        # they exist, else the rows of this batch's first optimizer step (the weights sampled them).
-        mismatch = None if stale else {"abs": 0.0, "tokens": 0.0, "max_ratio": 1.0}
-        if old_log_probs is not None and not stale:
-            measured = torch.stack([t.float() for t in logprob_mismatch(old_log_probs, engine_log_probs,
-                                                                        tensors["response_mask"])]).tolist()
-            mismatch = dict(zip(("abs", "tokens", "max_ratio"), measured))  # one host transfer
 
         # Epochs over the rollout batch, in optimizer steps of train_batch_size rollouts.
         rows, grpo_step = [], batch.grpo_step
@@ -379,7 +318,7 @@ class GRPOLearner:
                     learning_rate=learning_rate_at(cfg, step_number), measure_mismatch=measure_mismatch,
                     before_update=before_update)
                 if stats["updated"]:
-                    self.boundary["weights_changed"] = True
+                    self.weights_changed()
                 else:
                     self.state["skipped_steps"] += 1
                     print(f"  step {step_number}: non-finite loss {stats['loss']} or grad norm "
@@ -388,18 +327,7 @@ class GRPOLearner:
                     mismatch = {"abs": stats["mismatch_abs"], "tokens": stats["mismatch_tokens"],
                                 "max_ratio": stats["mismatch_max_ratio"]}
                 self.state["optimizer_step"] = step_number
-                row = {"step": step_number, "grpo_step": grpo_step, "epoch": epoch,
-                       "train/loss": stats["loss"], "train/grad_norm": stats["grad_norm"],
-                       "train/entropy": stats["entropy"], "train/lr": self.optimizer.param_groups[0]["lr"],
-                       "train/skipped_steps": self.state["skipped_steps"], **rollout_stats}
-                if "cliprange" in LOSS_INPUTS[cfg.loss_type]:
-                    row["train/clip_fraction"] = stats["clip_fraction"]
-                if cfg.loss_type in RATIO_LOSSES:
-                    row["train/ratio_mean"] = stats["ratio_mean"]
-                if cfg.tis_cap is not None:
-                    row["train/tis_weight_mean"] = stats["tis_weight_mean"]
-                if ref_log_probs is not None:
-                    row["train/kl_k1"], row["train/kl_k3"] = stats["kl_k1"], stats["kl_k3"]
+                row = self.step_row(stats, grpo_step, epoch, ref_log_probs is not None, rollout_stats)
                 first_row = not rows
                 row.update({"time/generation_s": batch.generation_s if first_row else 0.0,
                             "time/scoring_s": scoring_s if first_row else 0.0,
@@ -412,13 +340,56 @@ class GRPOLearner:
                 row["train/logprob_mismatch_max_ratio"] = mismatch["max_ratio"]
         return rows
 
+    def fixed_log_probs(self, tensors: dict[str, torch.Tensor], prefix: int, engine_log_probs: torch.Tensor,
+                        stale: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, dict | None]:
+        """Once per rollout batch, never differentiated: `(old log-probs, reference log-probs, mismatch)`.
+
+        Old log-probs `[N, L-1]` exist when the policy moves before a ratio/TIS step (a stale batch's are
+        the engine's own); reference log-probs only with KL monitoring. The engine/trainer mismatch is
+        measured at the sampling weights: on all rows from the old log-probs when they exist (else on the
+        rows of the batch's first optimizer step, later; None for a stale batch: those weights are gone).
+        """
+        cfg, micro = self.cfg, self.cfg.micro_train_batch_size
+        old_log_probs = ref_log_probs = None
+        if stale:
+            old_log_probs = engine_log_probs  # [N, L-1] the behaviour policy's own
+        elif cfg.needs_old_log_probs:
+            old_log_probs = batched_log_probs(self.policy, tensors, micro, prefix, cfg.sampling_temperature,
+                                              cfg.dtype)  # [N, L-1]
+        if self.reference is not None:
+            ref_log_probs = batched_log_probs(self.reference, tensors, micro, prefix, cfg.sampling_temperature,
+                                              cfg.dtype)  # [N, L-1]
+        mismatch = None if stale else {"abs": 0.0, "tokens": 0.0, "max_ratio": 1.0}
+        if old_log_probs is not None and not stale:
+            measured = torch.stack([t.float() for t in logprob_mismatch(old_log_probs, engine_log_probs,
+                                                                        tensors["response_mask"])]).tolist()
+            mismatch = dict(zip(("abs", "tokens", "max_ratio"), measured))  # one host transfer
+        return old_log_probs, ref_log_probs, mismatch
+
+    def step_row(self, stats: dict, grpo_step: int, epoch: int, kl: bool, rollout_stats: dict) -> dict:
+        """The metrics of one optimizer step (`optimizer_step`'s statistics): the loss table's extras only
+        where the configured loss has them."""
+        cfg = self.cfg
+        row = {"step": self.state["optimizer_step"], "grpo_step": grpo_step, "epoch": epoch,
+               "train/loss": stats["loss"], "train/grad_norm": stats["grad_norm"],
+               "train/entropy": stats["entropy"], "train/lr": self.optimizer.param_groups[0]["lr"],
+               "train/skipped_steps": self.state["skipped_steps"], **rollout_stats}
+        if "cliprange" in LOSS_INPUTS[cfg.loss_type]:
+            row["train/clip_fraction"] = stats["clip_fraction"]
+        if cfg.loss_type in RATIO_LOSSES:
+            row["train/ratio_mean"] = stats["ratio_mean"]
+        if cfg.tis_cap is not None:
+            row["train/tis_weight_mean"] = stats["tis_weight_mean"]
+        if kl:
+            row["train/kl_k1"], row["train/kl_k3"] = stats["kl_k1"], stats["kl_k3"]
+        return row
+
     def finish_step(self, batch: RolloutBatch, rows: list[dict], step_s: float, extra: dict | None = None) -> None:
         """Log the rollout batch's rows (with `extra` columns on each) and advance to its GRPO step."""
         tokens_per_s = sum(len(r.token_ids) for r in batch.rollouts) / step_s
         for row in rows:
             self.log({**row, **(extra or {}), "time/tokens_per_s": tokens_per_s, "time/elapsed_s": self.clock()})
-        self.state.update(grpo_step=batch.grpo_step, elapsed_s=self.clock())
-        self.boundary = {"state": dict(self.state), "rng": rng_state(), "weights_changed": False}
+        self.complete_step(grpo_step=batch.grpo_step)
         last = rows[-1]
         print(f"step {batch.grpo_step}/{self.cfg.n_grpo_steps}: reward {last['train/reward']:.3f} "
               f"answer {last['train/answer_reward']:.3f} loss {last['train/loss']:+.4f} "
@@ -439,22 +410,12 @@ class GRPOLearner:
               f"format {metrics['eval/format_reward']:.3f} length {metrics['eval/response_length']:.1f}", flush=True)
 
     def catch_up_validation(self, engine) -> None:
-        """Run the validation due at the current step if it is missing (a fresh run's step 0, or one an
-        interruption cut short), and checkpoint a run that this finishes."""
-        if validation_due(self.cfg, self.version) and not validation_logged(self.rows_so_far, self.version):
-            self.run_validation(engine)
-            if self.version == self.cfg.n_grpo_steps:
-                self.save()
+        """The validation due at the current step, if missing (see TrainingRun.catch_up)."""
+        self.catch_up(lambda: self.run_validation(engine))
 
     def validate_and_checkpoint(self, engine) -> None:
         """After a GRPO step: validate when due (`engine` holds the current weights), checkpoint when due."""
-        grpo_step = self.version
-        if validation_due(self.cfg, grpo_step):
-            self.run_validation(engine)
-            self.boundary["state"]["elapsed_s"] = self.state["elapsed_s"] = self.clock()
-        if grpo_step == self.cfg.n_grpo_steps or (self.cfg.checkpoint_every
-                                                  and grpo_step % self.cfg.checkpoint_every == 0):
-            self.save()
+        self.after_step(lambda: self.run_validation(engine))
 
     def stop_early(self, engine, reason: str) -> None:
         """End the run at the current GRPO step (`train`'s `stop_when`): validate it (so curves end at the
@@ -463,58 +424,6 @@ class GRPOLearner:
         self.save()
         atomic_write_json(self.run_dir / STOPPED_FILE, {"grpo_step": self.version, "reason": reason})
         print(f"stopped early at GRPO step {self.version}: {reason}", flush=True)
-
-    def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.policy, self.tokenizer, self.optimizer, self.state, rng_state())
-
-    def save_interrupted(self) -> Path:
-        """Checkpoint the last completed GRPO step after an interruption; updates an unfinished rollout
-        batch already made stay in the weights (that batch is redone with fresh rollouts on resume),
-        and a validation this interrupted is redone on resume."""
-        saved = save_checkpoint(self.run_dir, self.policy, self.tokenizer, self.optimizer, self.boundary["state"],
-                                self.boundary["rng"], partial_step=self.boundary["weights_changed"])
-        print(f"interrupted: checkpoint saved to {saved}; continue with resume=True", flush=True)
-        return saved
-
-    def close(self) -> None:
-        if self.wandb is not None:
-            self.wandb.finish()
-
-
-# ---- the run folder ----------------------------------------------------------------------------------------
-
-def open_run(run_dir: Path, cfg: GRPOConfig, resume: bool, overwrite: bool) -> tuple[Path | None, dict | None]:
-    """Apply the folder rules of hw3lib.core.runs: `(checkpoint to resume or None, state of a finished run to reuse or None)`."""
-    if resume and overwrite:
-        raise ValueError("resume=True and overwrite=True contradict each other: pick one")
-    if overwrite:
-        if has_outputs(run_dir):
-            delete_outputs(run_dir)
-        return None, None
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        if has_outputs(run_dir):
-            raise refuse_existing(run_dir, "outputs but no checkpoint: it stopped before its first one, so "
-                                           "resume=True has nothing to continue from")
-        return None, None
-    state = json.loads((checkpoint / "state.json").read_text())
-    saved = json.loads((checkpoint / "config.json").read_text())
-    finished = (state["grpo_step"] == cfg.n_grpo_steps
-                and validation_logged(metrics_rows(run_dir), cfg.n_grpo_steps))
-    differing = config_differences(saved, cfg.to_dict())
-    if not resume and not (finished and not differing):
-        why = f"checkpoint at GRPO step {state['grpo_step']} of {saved['n_grpo_steps']}"
-        raise refuse_existing(run_dir, why + (f"; settings differ: {', '.join(differing)}" if differing else ""))
-    check_resumable(checkpoint, cfg.to_dict(), cfg.n_grpo_steps)
-    if finished:
-        state.pop("partial_step", None)
-        return checkpoint, state
-    return checkpoint, None
-
-
-def validation_due(cfg: GRPOConfig, grpo_step: int) -> bool:
-    """Validation runs before the first step, every `eval_every` steps and after the last."""
-    return grpo_step == 0 or grpo_step % cfg.eval_every == 0 or grpo_step == cfg.n_grpo_steps
 
 
 # ---- rollouts --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Reading a training run back: `RunResult`, per-phase time breakdown, summaries and saved samples.
+"""Reading a GRPO run back: per-phase time breakdown, summaries and saved samples (the result type,
+`RunResult`, is every run's: hw3lib.core.lifecycle).
 
 Used by the notebooks, the ablations and the writeup; never loads a model.
 """
@@ -6,53 +7,15 @@ Used by the notebooks, the ablations and the writeup; never loads a model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hw3lib.core.io import read_jsonl
-from hw3lib.core.runs import SAMPLES_DIR, latest_checkpoint, metrics_rows
-from hw3lib.grpo.config import GRPOConfig
+from hw3lib.core.lifecycle import RunResult
+from hw3lib.core.runs import SAMPLES_DIR
 
 TIME_PARTS = ("generation", "scoring", "old_logprobs", "train", "weight_sync")
-
-
-@dataclass
-class RunResult:
-    """What a finished (or resumed-and-finished) run leaves behind."""
-
-    run_dir: Path
-    config: GRPOConfig
-    metrics: list[dict]
-    """Every row of metrics.jsonl (training rows have `train/loss`; validation rows `eval/answer_reward`)."""
-    grpo_steps: int
-    optimizer_steps: int
-    skipped_steps: int
-    elapsed_s: float
-    """Wall-clock seconds of the loop (across resumes; excludes model loading and the warm start)."""
-    checkpoint: Path | None
-
-    @property
-    def train_rows(self) -> list[dict]:
-        return [row for row in self.metrics if "train/loss" in row]
-
-    @property
-    def eval_rows(self) -> list[dict]:
-        return [row for row in self.metrics if "eval/answer_reward" in row]
-
-
-def run_result(run_dir: Path, cfg: GRPOConfig, state: dict) -> RunResult:
-    """The RunResult of `run_dir` as its files and the step counters `state` describe it."""
-    return RunResult(run_dir=run_dir, config=cfg, metrics=metrics_rows(run_dir), grpo_steps=state["grpo_step"],
-                     optimizer_steps=state["optimizer_step"], skipped_steps=state["skipped_steps"],
-                     elapsed_s=state["elapsed_s"], checkpoint=latest_checkpoint(run_dir))
-
-
-def validation_logged(rows: Sequence[dict], grpo_step: int) -> bool:
-    """Whether the validation after `grpo_step` is in `rows` (a Ctrl-C during a validation leaves
-    the step's checkpoint without its validation row)."""
-    return any("eval/answer_reward" in row and row["grpo_step"] == grpo_step for row in rows)
 
 
 def time_breakdown(metrics: Sequence[dict]) -> list[dict]:

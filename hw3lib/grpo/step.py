@@ -144,7 +144,15 @@ def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor
 
     if before_update is not None:
         before_update(policy)
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)  # []
+    return apply_update(optimizer, params, cfg.max_grad_norm, learning_rate, sums, mismatch_max)
+
+
+def apply_update(optimizer, params, max_grad_norm: float, learning_rate: float, sums: dict[str, torch.Tensor],
+                 mismatch_max: torch.Tensor) -> dict:
+    """Clip the accumulated gradients, update (unless the loss or gradient norm is not finite), and turn
+    the step's summed statistics into `optimizer_step`'s floats."""
+    device = sums["loss"].device
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)  # []
     # The one host transfer of the step: every statistic and the gradient norm together.
     values = torch.stack([*(sums[name] for name in _SUMS), mismatch_max, grad_norm.float().to(device)]).tolist()
     stats = dict(zip(_SUMS, values))

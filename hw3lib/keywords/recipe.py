@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, cache_dir
+from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, build_folder_once, cache_dir
 from hw3lib.tasks.keyword_data import PROMPT_KIND, SPLITS, make_keyword_records, read_split, split_records
 
 def generate_answers(records: Sequence[dict], engine, model_name: str, samples_per_prompt: int = 4,
@@ -137,64 +135,53 @@ def keyword_sft(data: str | Path, settings: KeywordSFT = KeywordSFT(), out_dir: 
                 verbose: bool = True) -> Path:
     """SFT a fresh own model on `<data>/train.jsonl` (prompt -> answer + EOS); the saved folder (cached).
 
-    The tokenizer covers both splits' words (a word-level model cannot spell an unseen word). The
-    loss is hw3lib.maths.sft's: response log-probs through `response_log_probs`, `sft_microbatch_train_step`
-    normalised per token; AdamW with a linear decay to 10%.
+    The tokenizer covers both splits' words (a word-level model cannot spell an unseen word). Each step
+    is hw3lib's one SFT step (hw3lib.maths.sft_step.sft_optimizer_step: the course's
+    `sft_microbatch_train_step`, normalised per token) on a random batch; AdamW with a linear decay to 10%.
     """
-    import torch
-
-    from hw3lib.maths.logprobs import response_log_probs
-    from hw3lib.models.nanogpt import EOS_TOKEN
-    from hw3lib.maths.sft import sft_microbatch_train_step, tokenize_prompt_and_output
-
     train = read_split(data, "train")
     every = train + read_split(data, "validation")
     digest = hashlib.sha256(json.dumps([every, asdict(settings)], sort_keys=True).encode()).hexdigest()[:12]
     root = Path(out_dir) if out_dir is not None else cache_dir() / "keyword_sft"
-    target = root / digest
-    if (target / "config.json").is_file():
-        return target
+    return build_folder_once(root / digest, lambda staging: _train_keyword_model(staging, data, train, every,
+                                                                                settings, verbose))
+
+
+def _train_keyword_model(out: Path, data, train: Sequence[dict], every: Sequence[dict], settings: KeywordSFT,
+                         verbose: bool) -> None:
+    """`keyword_sft`'s training, saved into `out` with `sft.json`."""
+    import torch
+
+    from hw3lib.maths.sft import tokenize_prompt_and_output
+    from hw3lib.maths.sft_step import response_bounds, sft_optimizer_step
+    from hw3lib.models.nanogpt import EOS_TOKEN
 
     started = time.perf_counter()
     model, tokenizer = new_model(every, settings)
     model.train()
     prompts = [format_keyword_prompt(r["prompt"]) for r in train]
     targets = [r["answer"] + EOS_TOKEN for r in train]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - 0.9 * step / settings.steps)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(settings.seed)
     losses = []
     for step in range(settings.steps):
         picks = torch.randint(len(train), (settings.batch_size,), generator=generator).tolist()
         batch = tokenize_prompt_and_output([prompts[i] for i in picks], [targets[i] for i in picks], tokenizer)
-        log_probs = response_log_probs(model, batch["input_ids"], batch["labels"])["log_probs"]  # [B, T]
-        mask = batch["response_mask"]  # [B, T]
-        _, stats = sft_microbatch_train_step(log_probs, mask, gradient_accumulation_steps=1,
-                                             normalize_constant=max(mask.sum().item(), 1) / settings.batch_size)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(stats["nll_per_token"].item())
+        start, batch["lengths"] = response_bounds(batch["response_mask"])
+        # Log-probs of every label column (a start of 0 turns the step's response-only crop off): the
+        # recipe was tuned that way, and the crop would change its float rounding.
+        batch["response_start"] = torch.zeros_like(start)
+        stats = sft_optimizer_step(model, optimizer, params, batch, range(settings.batch_size),
+                                   micro_batch_size=settings.batch_size, dtype="float32", max_grad_norm=1.0,
+                                   learning_rate=settings.lr * (1.0 - 0.9 * step / settings.steps))
+        losses.append(stats["loss"])
         if verbose and (step + 1) % max(1, settings.steps // 4) == 0:
             print(f"  keyword SFT step {step + 1}/{settings.steps}: nll/token {losses[-1]:.3f}", flush=True)
-
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}."))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        atomic_write_json(staging / "sft.json", {"data": str(data), **asdict(settings), "n_train": len(train),
-                                                 "final_nll_per_token": losses[-1],
-                                                 "seconds": time.perf_counter() - started})
-        try:
-            staging.rename(target)
-        except OSError:  # a concurrent builder won the race; its result is identical
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    atomic_write_json(out / "sft.json", {"data": str(data), **asdict(settings), "n_train": len(train),
+                                         "final_nll_per_token": losses[-1], "seconds": time.perf_counter() - started})
 
 
 # ---- the GRPO run ----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import torch
 
-from hw3lib.maths.sft import get_response_log_probs
+from hw3lib.maths.sft import get_response_log_probs, pack_prompt_and_output_ids
 
 
 def shared_prefix_length(prompt_ids: Sequence[Sequence[int]]) -> int:
@@ -35,6 +35,21 @@ def shared_prefix_length(prompt_ids: Sequence[Sequence[int]]) -> int:
     while length < shortest - 1 and all(ids[length] == prompt_ids[0][length] for ids in prompt_ids):
         length += 1
     return length
+
+
+def pack_rollouts(tokenizer, prompts: Sequence[str], output_ids: Sequence[Sequence[int]], device: str | torch.device
+                  ) -> tuple[dict[str, torch.Tensor], int]:
+    """Rollouts as the training steps take them: `(batch, shared prefix length)`.
+
+    `prompts[i]` is row i's prompt text and `output_ids[i]` the exact token ids the engine sampled
+    (never a re-tokenization of the text). `batch` holds `input_ids`, `labels`, `response_mask` `[N, L-1]`
+    on `device` and `lengths`, `response_start` `[N]` on the CPU (`pack_prompt_and_output_ids`).
+    """
+    prompt_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    packed = pack_prompt_and_output_ids(prompt_ids, output_ids, tokenizer.pad_token_id)
+    batch = {key: packed[key].to(device) for key in ("input_ids", "labels", "response_mask")}
+    batch.update(lengths=packed["lengths"], response_start=packed["response_start"])  # stay on the CPU
+    return batch, shared_prefix_length(prompt_ids)  # the prompt template: run once per microbatch
 
 
 def autocast_for(dtype: str, device: str | torch.device) -> contextlib.AbstractContextManager:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hw3lib.core.io import cache_dir
+from hw3lib.core.io import build_folder_once, cache_dir
 
 # Bump when the build recipe changes so stale caches are not reused.
 BUILD_VERSION = 1
@@ -53,18 +51,7 @@ def tiny_model_path(settings: TinySettings | None = None) -> Path:
     target = cache_dir() / "tiny" / settings.key()
     if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
-        _build(settings, staging)
-        try:
-            staging.rename(target)  # atomic: a concurrent builder may have won the race
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_folder_once(target, lambda staging: _build(settings, staging), marker="tokenizer.json")
 
 
 def _tokenizer_corpus(settings: TinySettings) -> list[str]:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,13 +62,8 @@ def sft_warm_start(source: str, records: Sequence[dict] | None = None, steps: in
     (`arithmetic_sft_target`); the others get the bare answer `direct_answer_target` (a seeded,
     fixed choice per record). See the module docstring for why the smoke profile mixes them.
     """
-    import torch
-
-    from hw3lib.tasks.data import arithmetic_sft_target, format_prompt, make_arithmetic_problems
-    from hw3lib.core.io import atomic_write_json, cache_dir
-    from hw3lib.maths.sft import sft_microbatch_train_step, tokenize_prompt_and_output
-    from hw3lib.models.pretrained import load_resolved, model_kind
-    from hw3lib.maths.logprobs import response_log_probs, shared_prefix_length
+    from hw3lib.core.io import build_folder_once, cache_dir
+    from hw3lib.tasks.data import make_arithmetic_problems
 
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ValueError(f"sft_warm_start: steps={steps}, batch_size={batch_size} and lr={lr} must be positive")
@@ -85,58 +78,54 @@ def sft_warm_start(source: str, records: Sequence[dict] | None = None, steps: in
     source = str(source)
     root = Path(out_dir) if out_dir is not None else cache_dir() / "warmstart"
     target = root / warm_start_key(source, records, steps, lr, batch_size, seed, prompt, working_fraction)
+    settings = {"model": source, "steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed, "prompt": prompt,
+                "working_fraction": working_fraction}
     if (target / "config.json").is_file():
         return target
+    build_folder_once(target, lambda staging: _train_warm_start(staging, records, settings, verbose))
+    if verbose:
+        print(f"  warm start saved to {target}", flush=True)
+    return target
+
+
+def _train_warm_start(out: Path, records: Sequence[dict], settings: dict, verbose: bool) -> None:
+    """The warm start's SFT (see `sft_warm_start`), saved into `out` with `warm_start.json`."""
+    import torch
+
+    from hw3lib.core.io import atomic_write_json
+    from hw3lib.maths.sft import tokenize_prompt_and_output
+    from hw3lib.maths.sft_step import response_bounds, sft_optimizer_step
+    from hw3lib.models.pretrained import load_resolved, model_kind
+    from hw3lib.maths.logprobs import shared_prefix_length
+    from hw3lib.tasks.data import arithmetic_sft_target, format_prompt
 
     started = time.perf_counter()
-    policy, tokenizer = load_resolved(model_kind(source), source, device="cpu", dtype="float32")
+    steps, lr, batch_size, seed = settings["steps"], settings["lr"], settings["batch_size"], settings["seed"]
+    policy, tokenizer = load_resolved(model_kind(settings["model"]), settings["model"], device="cpu", dtype="float32")
     policy.train()
-    prompts = [format_prompt(prompt, record["question"]) for record in records]
-    shows_working = random.Random(seed).choices([True, False], [working_fraction, 1 - working_fraction], k=len(records))
-    targets = [arithmetic_sft_target(r) if working else direct_answer_target(r) for r, working in zip(records, shows_working)]
+    prompts = [format_prompt(settings["prompt"], record["question"]) for record in records]
+    working = settings["working_fraction"]
+    shows_working = random.Random(seed).choices([True, False], [working, 1 - working], k=len(records))
+    targets = [arithmetic_sft_target(r) if shown else direct_answer_target(r) for r, shown in zip(records, shows_working)]
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - 0.9 * step / steps)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     losses = []
     for step in range(steps):
         picks = torch.randint(len(records), (batch_size,), generator=generator).tolist()
         batch = tokenize_prompt_and_output([prompts[i] for i in picks], [targets[i] for i in picks], tokenizer)
-        # Logits only from the first response column on: the shared prompt needs no lm_head.
-        first = int(batch["response_mask"].int().argmax(dim=1).min())
-        prefix = shared_prefix_length([prompt_ids[i] for i in picks])  # the template, run once
-        log_probs = response_log_probs(policy, batch["input_ids"], batch["labels"][:, first:],
-                                       shared_prefix=prefix)["log_probs"]  # [B, T]
-        mask = batch["response_mask"][:, first:]  # [B, T]
-        _, stats = sft_microbatch_train_step(log_probs, mask, gradient_accumulation_steps=1,
-                                             normalize_constant=max(mask.sum().item(), 1) / batch_size)
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(stats["nll_per_token"].item())
+        batch["response_start"], batch["lengths"] = response_bounds(batch["response_mask"])
+        stats = sft_optimizer_step(policy, optimizer, params, batch, range(batch_size), micro_batch_size=batch_size,
+                                   dtype="float32", max_grad_norm=1.0, learning_rate=lr * (1.0 - 0.9 * step / steps),
+                                   shared_prefix=shared_prefix_length([prompt_ids[i] for i in picks]))
+        losses.append(stats["loss"])
         if verbose and (step + 1) % max(1, steps // 5) == 0:
             print(f"  warm start step {step + 1}/{steps}: nll/token {losses[-1]:.3f}", flush=True)
-
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}."))
-    try:
-        policy.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        atomic_write_json(staging / "warm_start.json", {
-            "model": source, "steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed, "prompt": prompt,
-            "working_fraction": working_fraction,
-            "n_records": len(records), "final_nll_per_token": losses[-1], "seconds": time.perf_counter() - started})
-        try:
-            staging.rename(target)
-        except OSError:  # a concurrent builder won the race; its result is identical
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    if verbose:
-        print(f"  warm start saved to {target} ({time.perf_counter() - started:.1f}s)", flush=True)
-    return target
+    policy.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    atomic_write_json(out / "warm_start.json", {**settings, "n_records": len(records), "final_nll_per_token": losses[-1],
+                                                "seconds": time.perf_counter() - started})
 
 
 def tiny_sft_path() -> Path:

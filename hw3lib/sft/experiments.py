@@ -18,7 +18,8 @@ import math
 from collections.abc import Callable, Sequence
 
 from hw3lib.sft.config import EIConfig, SFTConfig
-from hw3lib.sft.loop import LoopResult, trace_summary
+from hw3lib.core.lifecycle import RunResult
+from hw3lib.sft.loop import trace_summary
 
 SFT_SIZES = (128, 256, 512, 1024, None)
 # The smoke profile's sizes: each run needs 300 steps on 2 CPU cores before size matters (sft_config), so CI
@@ -44,7 +45,7 @@ def ei_variant_configs(base: EIConfig, variants: dict[str, dict]) -> dict[str, E
     return {label: base.replace(name=f"{base.name}_{label}", **changes) for label, changes in variants.items()}
 
 
-def run_all(function: Callable[..., LoopResult], configs: dict, resume: bool = True) -> dict[str, LoopResult]:
+def run_all(function: Callable[..., RunResult], configs: dict, resume: bool = True) -> dict[str, RunResult]:
     """Run each config in turn with `function` (train_sft or expert_iteration)."""
     results = {}
     for label, cfg in configs.items():
@@ -58,7 +59,7 @@ def difference_band(p: float, n: int) -> float:
     return 2 * math.sqrt(2 * p * (1 - p) / n)
 
 
-def sft_summary(results: dict[str, LoopResult]) -> list[dict]:
+def sft_summary(results: dict[str, RunResult]) -> list[dict]:
     """One row per SFT run: traces used, validation answer reward start/end/best, held-out trace NLL, train loss."""
     rows = []
     for label, result in results.items():
@@ -72,7 +73,7 @@ def sft_summary(results: dict[str, LoopResult]) -> list[dict]:
     return rows
 
 
-def ei_summary(results: dict[str, LoopResult]) -> list[dict]:
+def ei_summary(results: dict[str, RunResult]) -> list[dict]:
     """One row per EI run: its settings, validation answer reward start/end, rollouts, steps, entropy first/last."""
     rows = []
     for label, result in results.items():
@@ -89,7 +90,7 @@ def ei_summary(results: dict[str, LoopResult]) -> list[dict]:
     return rows
 
 
-def plot_sft(results: dict[str, LoopResult], path_stem: str = "sft_sizes"):
+def plot_sft(results: dict[str, RunResult], path_stem: str = "sft_sizes"):
     """Validation answer reward (left) and held-out trace NLL (right) against optimizer step, one line per run."""
     import matplotlib.pyplot as plt
 
@@ -111,7 +112,7 @@ def plot_sft(results: dict[str, LoopResult], path_stem: str = "sft_sizes"):
     return fig
 
 
-def plot_ei(ei: dict[str, LoopResult], sft: LoopResult | None = None, grpo=None, grpo_rollouts_per_step: int = 0,
+def plot_ei(ei: dict[str, RunResult], sft: RunResult | None = None, grpo=None, grpo_rollouts_per_step: int = 0,
             path_stem: str = "expert_iteration"):
     """Validation answer reward per optimizer step and per rollout generated (EI runs, an SFT run, a GRPO
     run), and the entropy of each round's rollouts."""
@@ -154,7 +155,7 @@ def _verdict(gap: float, band: float) -> str:
     return "beyond" if abs(gap) > band else "within"
 
 
-def sft_ei_reading(sft_results: dict[str, LoopResult], ei_results: dict[str, LoopResult], grpo=None,
+def sft_ei_reading(sft_results: dict[str, RunResult], ei_results: dict[str, RunResult], grpo=None,
                    grpo_rollouts_per_step: int = 0, section_seconds: float | None = None) -> tuple[str, str, dict]:
     """`(SFT paragraph, EI paragraph, summary)` for notebook 05's reading cell, all computed from the runs.
 
@@ -194,6 +195,25 @@ def sft_ei_reading(sft_results: dict[str, LoopResult], ei_results: dict[str, Loo
         f"({100 * filter_gap:+.1f} points, {_verdict(filter_gap, band_for(filtered['eval_answer_end'], all_row['eval_answer_end']))} "
         f"the noise band).")
 
+    ei_reading = _ei_paragraph(ei_rows, ei_results, band_for)
+    summary = {
+        "profile": sft_base.profile, "dataset": sft_base.dataset, "sft_model": sft_base.model,
+        "arithmetic_max_operand": sft_base.arithmetic_max_operand,
+        "ei_model": next(iter(ei_results.values())).config.model if ei_results else None,
+        "sft_steps": sft_base.n_sft_steps, "sft_batch_size": sft_base.train_batch_size, "n_eval": n_eval,
+        "trace_noise": sft_base.trace_noise, "noise_band": band, "pool_size": all_row["unique_examples"],
+        "filtered_size": filtered["unique_examples"], "sft_rows": sft_rows, "ei_rows": ei_rows,
+        "sft_reading": sft_reading, "section_seconds": section_seconds}
+    if grpo is not None:
+        text, grpo_summary = _grpo_comparison(grpo, sft_base, grpo_rollouts_per_step)
+        ei_reading += text
+        summary.update(grpo_summary)
+    summary["ei_reading"] = ei_reading
+    return sft_reading, ei_reading, summary
+
+def _ei_paragraph(ei_rows: list[dict], ei_results: dict[str, RunResult], band_for) -> str:
+    """The EI sentence per run: validation curve and gap, rollouts, optimizer steps, the rounds' own
+    reward and entropy, each gap against its noise band (`band_for(*accuracies)`)."""
     ei_parts = []
     for r in ei_rows:
         curve = [row["eval/answer_reward"] for row in ei_results[r["run"]].eval_rows]
@@ -213,27 +233,19 @@ def sft_ei_reading(sft_results: dict[str, LoopResult], ei_results: dict[str, Loo
             f"{r['train_reward_first']:.1%} -> {r['train_reward_last']:.1%} ({100 * train_gap:+.1f} points, "
             f"{_verdict(train_gap, train_band)} its {100 * train_band:.1f}-point band), rollout entropy "
             f"{r['entropy_first']:.3f} -> {r['entropy_last']:.3f} nats")
-    ei_reading = "; ".join(ei_parts) + "."
-    summary = {
-        "profile": sft_base.profile, "dataset": sft_base.dataset, "sft_model": sft_base.model,
-        "arithmetic_max_operand": sft_base.arithmetic_max_operand,
-        "ei_model": next(iter(ei_results.values())).config.model if ei_results else None,
-        "sft_steps": sft_base.n_sft_steps, "sft_batch_size": sft_base.train_batch_size, "n_eval": n_eval,
-        "trace_noise": sft_base.trace_noise, "noise_band": band, "pool_size": all_row["unique_examples"],
-        "filtered_size": filtered["unique_examples"], "sft_rows": sft_rows, "ei_rows": ei_rows,
-        "sft_reading": sft_reading, "section_seconds": section_seconds}
-    if grpo is not None:
-        grpo_evals = grpo.eval_rows
-        same_task = all(getattr(grpo.config, key) == getattr(sft_base, key)
-                        for key in ("dataset", "arithmetic_max_operand", "n_eval_examples", "seed"))
-        ei_reading += (
-            f" GRPO ({grpo.config.name}): {grpo_evals[0]['eval/answer_reward']:.1%} -> "
+    return "; ".join(ei_parts) + "."
+
+
+def _grpo_comparison(grpo: RunResult, sft_base, grpo_rollouts_per_step: int) -> tuple[str, dict]:
+    """The sentence comparing a GRPO run with EI (same held-out questions or not), and its summary keys."""
+    grpo_evals = grpo.eval_rows
+    same_task = all(getattr(grpo.config, key) == getattr(sft_base, key)
+                    for key in ("dataset", "arithmetic_max_operand", "n_eval_examples", "seed"))
+    text = (f" GRPO ({grpo.config.name}): {grpo_evals[0]['eval/answer_reward']:.1%} -> "
             f"{grpo_evals[-1]['eval/answer_reward']:.1%} with {grpo.grpo_steps * grpo_rollouts_per_step} rollouts and "
             f"{grpo.optimizer_steps} optimizer steps"
             + ("" if same_task else " (on its own task settings, so not the same held-out questions)") + ".")
-        summary.update({"grpo_run": grpo.config.name, "grpo_start": grpo_evals[0]["eval/answer_reward"],
-                        "grpo_end": grpo_evals[-1]["eval/answer_reward"], "grpo_steps": grpo.grpo_steps,
-                        "grpo_rollouts": grpo.grpo_steps * grpo_rollouts_per_step,
-                        "grpo_optimizer_steps": grpo.optimizer_steps, "grpo_same_questions": same_task})
-    summary["ei_reading"] = ei_reading
-    return sft_reading, ei_reading, summary
+    return text, {"grpo_run": grpo.config.name, "grpo_start": grpo_evals[0]["eval/answer_reward"],
+                  "grpo_end": grpo_evals[-1]["eval/answer_reward"], "grpo_steps": grpo.grpo_steps,
+                  "grpo_rollouts": grpo.grpo_steps * grpo_rollouts_per_step,
+                  "grpo_optimizer_steps": grpo.optimizer_steps, "grpo_same_questions": same_task}

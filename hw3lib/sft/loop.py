@@ -38,30 +38,30 @@ reference traces (`held_out_trace_nll`), a low-noise measure of generalization.
 is read back, an interrupted one continues with `resume=True` (bit-equal to an uninterrupted run),
 anything else is refused unless `overwrite=True`. Ctrl-C saves the last completed step.
 
-Expert iteration (hw3lib.sft.expert_iteration) reuses the step (`sft_optimizer_step`), the run-folder
-logic (`open_loop_run`) and `log_generations`.
+The run's lifecycle (folder rules, state, validation and checkpoints when due, Ctrl-C) is every
+run's: hw3lib.core.lifecycle. Expert iteration (hw3lib.sft.expert_iteration) reuses the step
+(`sft_optimizer_step`) and the validation (`log_validation`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from hw3lib.core.io import append_jsonl, atomic_write_json, atomic_write_jsonl, read_jsonl, runs_dir
+from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from hw3lib.core.lifecycle import (RunResult, TrainingRun, open_run, policy_source, read_result, reuse_message,
+                                   run_folder, start_message)
+from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.maths.logprobs import autocast_for, response_log_probs, shared_prefix_length
-from hw3lib.core.runs import (METRICS_FILE, SAMPLES_DIR, config_differences, delete_outputs, has_outputs,
-                         latest_checkpoint, load_checkpoint, metrics_rows, refuse_existing, rng_state,
-                         save_checkpoint, seed_everything)
-from hw3lib.maths.sft import masked_normalize, sft_microbatch_train_step, tokenize_prompt_and_output
+from hw3lib.maths.sft import masked_normalize, tokenize_prompt_and_output
+from hw3lib.maths.sft_step import response_bounds, sft_optimizer_step
 from hw3lib.sft.config import SFTConfig
 
 GENERATIONS_DIR = "generations"
@@ -141,123 +141,7 @@ def select_traces(traces: Sequence[dict], cfg: SFTConfig, reward_fn: Callable[[s
                     "n_noisy_used": sum(t["noisy"] for t in chosen)}
 
 
-# ---- the run folder (shared with expert iteration) -------------------------------------------------------
-
-@dataclass
-class LoopResult:
-    """What a finished SFT or expert-iteration run leaves behind (read back from its folder)."""
-
-    run_dir: Path
-    config: object
-    metrics: list[dict]
-    steps: int
-    """Optimizer steps (SFT) or rounds (expert iteration) completed."""
-    elapsed_s: float
-    """Wall-clock seconds of the loop across resumes (excludes model loading)."""
-
-    @property
-    def train_rows(self) -> list[dict]:
-        return [row for row in self.metrics if "train/loss" in row]
-
-    @property
-    def eval_rows(self) -> list[dict]:
-        return [row for row in self.metrics if "eval/answer_reward" in row]
-
-
-def validation_logged(rows: Sequence[dict], counter: str, value: int) -> bool:
-    """Whether the validation at `counter == value` is among the metrics rows."""
-    return any("eval/answer_reward" in row and row.get(counter) == value for row in rows)
-
-
-def open_loop_run(run_dir: Path, cfg, resume: bool, overwrite: bool, counter: str, total: int,
-                  resumable: frozenset = frozenset({"checkpoint_every", "eval_every"})
-                  ) -> tuple[Path | None, dict | None]:
-    """hw3lib.core.runs' folder rules for a loop counting `counter` up to `total`:
-    `(checkpoint to resume or None, state of a finished run to reuse or None)`."""
-    if resume and overwrite:
-        raise ValueError("resume=True and overwrite=True contradict each other: pick one")
-    if overwrite:
-        if has_outputs(run_dir):
-            delete_outputs(run_dir)
-        return None, None
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        if has_outputs(run_dir):
-            raise refuse_existing(run_dir, "outputs but no checkpoint: it stopped before its first one, so "
-                                           "resume=True has nothing to continue from")
-        return None, None
-    state = json.loads((checkpoint / "state.json").read_text())
-    saved = json.loads((checkpoint / "config.json").read_text())
-    differing = [d for d in config_differences(saved, cfg.to_dict()) if d.split(":", 1)[0] not in resumable]
-    finished = state[counter] == total and validation_logged(metrics_rows(run_dir), counter, total)
-    if not resume and not (finished and not differing):
-        why = f"checkpoint at {counter} {state[counter]} of {total}"
-        raise refuse_existing(run_dir, why + (f"; settings differ: {', '.join(differing)}" if differing else ""))
-    if differing:
-        raise ValueError(f"cannot resume {checkpoint}: the config differs ({', '.join(differing)}); use the "
-                         "saved settings, or a new run name")
-    if finished:
-        return checkpoint, state
-    return checkpoint, None
-
-
-def loop_result(run_dir: Path, cfg, state: dict, counter: str) -> LoopResult:
-    return LoopResult(run_dir=run_dir, config=cfg, metrics=metrics_rows(run_dir), steps=state[counter],
-                      elapsed_s=state["elapsed_s"])
-
-
-# ---- one SFT optimizer step (shared with expert iteration) -------------------------------------------------
-
-def response_bounds(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, the first response column and one past the last: `[N, T] -> [N], [N]` (CPU longs)."""
-    mask = response_mask.bool().cpu()  # [N, T]
-    start = mask.int().argmax(dim=1)  # [N]
-    end = mask.shape[1] - mask.flip(1).int().argmax(dim=1)  # [N]
-    return start, end
-
-
-def sft_optimizer_step(policy, optimizer, params, batch: dict[str, torch.Tensor], rows: Sequence[int], *,
-                       micro_batch_size: int, dtype: str, max_grad_norm: float, learning_rate: float,
-                       shared_prefix: int = 0) -> dict:
-    """One AdamW step of SFT on `rows` of `batch`, accumulated over microbatches of `micro_batch_size`.
-
-    `batch`: `input_ids`, `labels`, `response_mask` on the policy's device and `response_start`,
-    `lengths` (CPU). Each trace's summed response NLL is divided by the step's mean response length,
-    averaged over the step's traces (`sft_microbatch_train_step` with `normalize_constant` and the
-    number of microbatches as accumulation steps). Returns floats `loss` (NLL per response token),
-    `grad_norm`, `entropy` (mean token entropy), `tokens`, and `updated` (False: skipped, non-finite).
-    """
-    rows = list(rows)
-    n_micro = math.ceil(len(rows) / micro_batch_size)
-    tokens = float(batch["response_mask"][rows].sum())
-    normalize = max(tokens, 1.0) / len(rows)  # mean response length: a per-token scale
-    nll_sum = torch.zeros((), dtype=torch.float32)
-    entropy_sum = torch.zeros((), dtype=torch.float32)
-    device = batch["labels"].device
-    for first in range(0, len(rows), micro_batch_size):
-        idx = torch.tensor(rows[first:first + micro_batch_size])  # [b]
-        cols = slice(int(batch["response_start"][idx].min()), int(batch["lengths"][idx].max()))
-        with autocast_for(dtype, device):
-            out = response_log_probs(policy, batch["input_ids"][idx.to(device), :cols.stop],
-                                     batch["labels"][idx.to(device), cols], return_token_entropy=True,
-                                     shared_prefix=shared_prefix)
-        mask = batch["response_mask"][idx.to(device), cols]  # [b, T]
-        # Scaled so the microbatches of a step add up to the mean over its traces.
-        _, stats = sft_microbatch_train_step(out["log_probs"], mask, n_micro,
-                                             normalize_constant=normalize * len(idx) * n_micro / len(rows))
-        nll_sum += masked_normalize(-out["log_probs"].detach(), mask).float().cpu()
-        entropy_sum += masked_normalize(out["token_entropy"], mask).float().cpu()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
-    for group in optimizer.param_groups:
-        group["lr"] = learning_rate
-    loss = float(nll_sum) / max(tokens, 1.0)
-    updated = math.isfinite(loss) and math.isfinite(grad_norm)
-    if updated:  # a NaN/inf would poison the weights and Adam's moments
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return {"loss": loss, "grad_norm": grad_norm, "entropy": float(entropy_sum) / max(tokens, 1.0),
-            "tokens": tokens, "updated": updated}
-
+# ---- the learning-rate schedule and the batches --------------------------------------------------------
 
 def learning_rate_at(cfg: SFTConfig, step: int) -> float:
     """Optimizer step `step` (1-based): linear warm-up over `lr_warmup_steps`, then linear decay to 10%."""
@@ -375,10 +259,33 @@ def run_validation(engine, policy, tokenizer, eval_records, cfg, reward_fn, path
     return metrics, examples[:cfg.n_eval_samples_saved]
 
 
+def log_validation(run: TrainingRun, engine, eval_records: Sequence[dict], reward_fn, **counters: int) -> None:
+    """`run_validation` at the run's current step: every generation to `generations/<counter>_XXXX.jsonl`,
+    a few to `samples/`, one `eval/...` row (with `counters` in front) to `metrics.jsonl`."""
+    started = time.perf_counter()
+    name = f"{run.counter}_{run.version:04d}"
+    metrics, samples = run_validation(engine, run.policy, run.tokenizer, eval_records, run.cfg, reward_fn,
+                                      run.run_dir / GENERATIONS_DIR / f"{name}.jsonl")
+    atomic_write_jsonl(run.run_dir / SAMPLES_DIR / f"{name}.jsonl", samples)
+    run.log({**counters, **metrics, "time/eval_s": time.perf_counter() - started, "time/elapsed_s": run.clock()})
+    print(f"  eval @ {run.counter} {run.version}: answer {metrics['eval/answer_reward']:.3f} "
+          f"format {metrics['eval/format_reward']:.3f} entropy {metrics['eval/entropy']:.3f}", flush=True)
+
+
+def trace_batch(traces: Sequence[dict], tokenizer, device: str) -> tuple[dict[str, torch.Tensor], int]:
+    """`traces` tokenized as `sft_optimizer_step` takes them, and the length of their shared prompt prefix."""
+    tokens = tokenize_prompt_and_output([t["prompt"] for t in traces], [t["response"] for t in traces], tokenizer)
+    start, end = response_bounds(tokens["response_mask"])
+    batch = {key: tokens[key].to(device) for key in ("input_ids", "labels", "response_mask")}
+    batch.update(response_start=start, lengths=end)
+    prefix = shared_prefix_length(tokenizer([t["prompt"] for t in traces], add_special_tokens=False)["input_ids"])
+    return batch, prefix
+
+
 # ---- the loop ----------------------------------------------------------------------------------------------
 
 def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
-              callback: Callable[[dict], None] | None = None) -> LoopResult:
+              callback: Callable[[dict], None] | None = None) -> RunResult:
     """Run SFT as configured by `cfg` into `runs/<cfg.name>/` (see the module docstring).
 
     `callback` (optional) is called after each optimizer step with `{"policy", "optimizer", "step"}`
@@ -386,109 +293,67 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     """
     from tqdm.auto import tqdm
 
-    from hw3lib.tasks.data import load_task
     from hw3lib.generation import training_engine
     from hw3lib.models.load import load_model_and_tokenizer
+    from hw3lib.tasks.data import load_task
     from hw3lib.tasks.prompt_table import reward_fn_for
 
-    run_dir = runs_dir() / cfg.name
-    print(f"SFT run '{cfg.name}' -> {run_dir}\n{cfg.describe()}", flush=True)
-    checkpoint, finished = open_loop_run(run_dir, cfg, resume, overwrite, "step", cfg.n_sft_steps)
+    run_dir = run_folder(cfg)
+    start_message("SFT", cfg, run_dir)
+    checkpoint, finished = open_run(run_dir, cfg, resume, overwrite)  # hw3lib.core.lifecycle
     if finished is not None:
-        print(f"{run_dir} has finished all {cfg.n_sft_steps} SFT steps with these settings; reusing it", flush=True)
-        return loop_result(run_dir, cfg, finished, "step")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "config.json", cfg.to_dict())
+        reuse_message(cfg, run_dir)
+        return read_result(run_dir, cfg, finished)
 
-    # ---- data: traces and held-out questions ---------------------------------------------------------
+    # ---- data, policy (float32 masters) and its run, engine -----------------------------------------
     train_records, eval_records = load_task(cfg)
     reward_fn = reward_fn_for(cfg.prompt)
     traces, trace_info = select_traces(build_traces(train_records, cfg.prompt), cfg, reward_fn)
+    policy, tokenizer = load_model_and_tokenizer(policy_source(checkpoint, cfg.model), device=cfg.policy_device,
+                                                 dtype="float32")
+    run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
+                      fresh_state={"step": 0, "skipped_steps": 0, "elapsed_s": 0.0})
     atomic_write_json(run_dir / TRACES_FILE, {**trace_info, "examples": traces[:4]})
     print(f"traces: {trace_info}", flush=True)
-
-    # ---- policy (float32 masters), optimizer, state, engine ------------------------------------------
-    policy, tokenizer = load_model_and_tokenizer(str(checkpoint / "policy" if checkpoint else cfg.model),
-                                                 device=cfg.policy_device, dtype="float32")
-    params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, betas=cfg.adam_betas)
-    if checkpoint is None:
-        state = {"step": 0, "skipped_steps": 0, "elapsed_s": 0.0}
-        seed_everything(cfg.seed)
-    else:
-        state = load_checkpoint(checkpoint, optimizer, run_dir)
-        print(f"resumed from {checkpoint} at step {state['step']}", flush=True)
     engine = training_engine(cfg, policy, tokenizer, cfg.model)
-    rows_so_far = metrics_rows(run_dir)
-    loop_started = time.perf_counter() - state["elapsed_s"]
 
-    def clock() -> float:
-        return time.perf_counter() - loop_started
+    def validate() -> None:
+        log_validation(run, engine, eval_records, reward_fn, step=run.version,
+                       examples_seen=run.version * cfg.train_batch_size)
 
-    def validation(step: int) -> None:
-        started = time.perf_counter()
-        metrics, samples = run_validation(engine, policy, tokenizer, eval_records, cfg, reward_fn,
-                                          run_dir / GENERATIONS_DIR / f"step_{step:04d}.jsonl")
-        atomic_write_jsonl(run_dir / SAMPLES_DIR / f"step_{step:04d}.jsonl", samples)
-        append_jsonl(run_dir / METRICS_FILE, {"step": step, "examples_seen": step * cfg.train_batch_size, **metrics,
-                                              "time/eval_s": time.perf_counter() - started, "time/elapsed_s": clock()})
-        print(f"  eval @ step {step}: answer {metrics['eval/answer_reward']:.3f} "
-              f"format {metrics['eval/format_reward']:.3f}", flush=True)
-
-    def due(step: int) -> bool:
-        return step == 0 or step % cfg.eval_every == 0 or step == cfg.n_sft_steps
-
-    device = cfg.policy_device
-    boundary = {"state": dict(state), "rng": rng_state()}
     try:
-        if due(state["step"]) and not validation_logged(rows_so_far, "step", state["step"]):
-            validation(state["step"])
-            if state["step"] == cfg.n_sft_steps:
-                save_checkpoint(run_dir, policy, tokenizer, optimizer, state, rng_state(), step=state["step"])
+        run.catch_up(validate)
         policy.train()
-        bar = tqdm(range(state["step"] + 1, cfg.n_sft_steps + 1), desc="sft", unit="step", leave=False)
+        bar = tqdm(range(run.version + 1, cfg.n_sft_steps + 1), desc="sft", unit="step", leave=False)
         for step in bar:
             started = time.perf_counter()
-            rows = batch_rows(cfg.seed, step, len(traces), cfg.train_batch_size)
-            chosen = [traces[i] for i in rows]
-            tokens = tokenize_prompt_and_output([t["prompt"] for t in chosen], [t["response"] for t in chosen],
-                                                tokenizer)
-            start, end = response_bounds(tokens["response_mask"])
-            batch = {key: tokens[key].to(device) for key in ("input_ids", "labels", "response_mask")}
-            batch.update(response_start=start, lengths=end)
-            prefix = shared_prefix_length(tokenizer([t["prompt"] for t in chosen], add_special_tokens=False)["input_ids"])
-            stats = sft_optimizer_step(policy, optimizer, params, batch, range(len(chosen)),
+            batch, prefix = trace_batch([traces[i] for i in batch_rows(cfg.seed, step, len(traces),
+                                                                       cfg.train_batch_size)],
+                                        tokenizer, cfg.policy_device)
+            stats = sft_optimizer_step(policy, run.optimizer, run.params, batch, range(cfg.train_batch_size),
                                        micro_batch_size=cfg.micro_train_batch_size, dtype=cfg.dtype,
                                        max_grad_norm=cfg.max_grad_norm, learning_rate=learning_rate_at(cfg, step),
                                        shared_prefix=prefix)
-            if not stats["updated"]:
-                state["skipped_steps"] += 1
-            state.update(step=step, elapsed_s=clock())
-            append_jsonl(run_dir / METRICS_FILE, {
-                "step": step, "examples_seen": step * cfg.train_batch_size,
-                "epoch": step * cfg.train_batch_size / len(traces), "train/loss": stats["loss"],
-                "train/grad_norm": stats["grad_norm"], "train/entropy": stats["entropy"],
-                "train/lr": optimizer.param_groups[0]["lr"], "train/response_tokens": stats["tokens"],
-                "train/skipped_steps": state["skipped_steps"], "time/train_s": time.perf_counter() - started,
-                "time/elapsed_s": clock()})
-            boundary = {"state": dict(state), "rng": rng_state()}  # step done and logged: what Ctrl-C keeps
+            skipped = run.state["skipped_steps"] + (not stats["updated"])
+            run.log({"step": step, "examples_seen": step * cfg.train_batch_size,
+                     "epoch": step * cfg.train_batch_size / len(traces), "train/loss": stats["loss"],
+                     "train/grad_norm": stats["grad_norm"], "train/entropy": stats["entropy"],
+                     "train/lr": run.optimizer.param_groups[0]["lr"], "train/response_tokens": stats["tokens"],
+                     "train/skipped_steps": skipped, "time/train_s": time.perf_counter() - started,
+                     "time/elapsed_s": run.clock()})
+            run.complete_step(step=step, skipped_steps=skipped)
             bar.set_postfix(loss=f"{stats['loss']:.3f}")
             if callback is not None:
-                callback({"policy": policy, "optimizer": optimizer, "step": step})
-            if due(step):
-                validation(step)
-                boundary["state"]["elapsed_s"] = state["elapsed_s"] = clock()
-            if step == cfg.n_sft_steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                save_checkpoint(run_dir, policy, tokenizer, optimizer, state, rng_state(), step=step)
+                callback({"policy": policy, "optimizer": run.optimizer, "step": step})
+            run.after_step(validate)
     except KeyboardInterrupt:
-        saved = save_checkpoint(run_dir, policy, tokenizer, optimizer, boundary["state"], boundary["rng"],
-                                step=boundary["state"]["step"])
-        print(f"interrupted: checkpoint saved to {saved}; continue with resume=True", flush=True)
+        run.save_interrupted()
         raise
     finally:
+        run.close()
         if cfg.engine == "vllm":
             engine.close()
-    return loop_result(run_dir, cfg, state, "step")
+    return run.result()
 
 
 def trace_summary(run_dir: str | Path) -> dict:

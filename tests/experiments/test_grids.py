@@ -10,7 +10,7 @@ import pytest
 
 from hw3lib.experiments.grids import (GRIDS, DivergenceCheck, Grid, GridResult, binomial_band, build_grid, choices_from,
                                 common_base, compare, config_key, difference_band, noise_reading, run_grid, seed_band)
-from hw3lib.grpo.results import RunResult
+from hw3lib.core.lifecycle import RunResult
 from hw3lib.grpo.config import GRPOConfig
 
 DERIVED = ("micro_train_batch_size", "n_prompts_per_rollout_batch", "n_microbatches_per_rollout_batch",
@@ -129,7 +129,7 @@ def test_noise_bands_by_hand():
 def _fake_run(cfg: GRPOConfig, start: float, end: float, n: int = 98) -> RunResult:
     evals = [{"step": 0, "grpo_step": 0, "eval/answer_reward": start, "eval/n": n, "time/elapsed_s": 1.0},
              {"step": 2, "grpo_step": 2, "eval/answer_reward": end, "eval/n": n, "time/elapsed_s": 9.0}]
-    return RunResult(run_dir=None, config=cfg, metrics=evals, grpo_steps=2, optimizer_steps=2, skipped_steps=0,
+    return RunResult(run_dir=None, config=cfg, metrics=evals, steps=2, optimizer_steps=2, skipped_steps=0,
                      elapsed_s=9.0, checkpoint=None)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hw3lib.experiments.grids import GridResult, build_grid
-from hw3lib.grpo.results import RunResult
+from hw3lib.core.lifecycle import RunResult
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def _result(name: str, kl: bool = False, diverged: str | None = None) -> GridRes
     results, records = {}, {}
     for i, (label, cfg) in enumerate(grid.configs.items()):
         metrics = _metrics(4, kl=kl, clip=cfg.loss_type == "grpo_clip", rise=0.1 * (i + 1))
-        results[label] = RunResult(run_dir=None, config=cfg, metrics=metrics, grpo_steps=4, optimizer_steps=8,
+        results[label] = RunResult(run_dir=None, config=cfg, metrics=metrics, steps=4, optimizer_steps=8,
                                    skipped_steps=0, elapsed_s=12.5, checkpoint=None)
         records[label] = {"run": cfg.name, "status": "finished", "wall_clock_s": 12.5, "shared": i == 0}
     if diverged:

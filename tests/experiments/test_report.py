@@ -9,7 +9,7 @@ import pytest
 
 from hw3lib.experiments.grids import Grid, GridResult
 from hw3lib.experiments.report import grid_summary, metric_stats, report_grid, reward_at, seconds_per_step
-from hw3lib.grpo.results import RunResult
+from hw3lib.core.lifecycle import RunResult
 from hw3lib.grpo.config import GRPOConfig
 
 N = 100  # validation questions of every fake run
@@ -28,7 +28,7 @@ def _run(cfg: GRPOConfig, evals: list[tuple[int, float, float]], per_step: dict[
              **{key: values[g - 1] for key, values in per_step.items()}} for g in range(1, steps + 1)]
     rows += [{"step": s, "grpo_step": s, "eval/answer_reward": r, "eval/n": N, "time/elapsed_s": t, "time/eval_s": 0.0}
              for s, t, r in evals]
-    return RunResult(run_dir=None, config=cfg, metrics=rows, grpo_steps=steps, optimizer_steps=steps, skipped_steps=0,
+    return RunResult(run_dir=None, config=cfg, metrics=rows, steps=steps, optimizer_steps=steps, skipped_steps=0,
                      elapsed_s=evals[-1][1], checkpoint=None)
 
 

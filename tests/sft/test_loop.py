@@ -199,7 +199,8 @@ def test_difference_band_hand_worked():
 def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
     from hw3lib.sft.config import EIConfig
     from hw3lib.sft.experiments import sft_ei_reading
-    from hw3lib.sft.loop import TRACES_FILE, LoopResult
+    from hw3lib.core.lifecycle import RunResult
+    from hw3lib.sft.loop import TRACES_FILE
 
     def sft_run(label, used, end, nll, loss):
         run_dir = tmp_path / label
@@ -207,14 +208,16 @@ def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
         (run_dir / TRACES_FILE).write_text(json.dumps({"n_used": used, "n_noisy_used": 0}))
         evals = [{"step": s, "eval/answer_reward": a, "eval/trace_nll": 1.0 if s == 0 else nll, "eval/entropy": 0.1,
                   "eval/n": 200} for s, a in ((0, 0.0), (10, end))]
-        return LoopResult(run_dir, SFTConfig.for_profile("smoke", n_sft_steps=10), [*evals, {"train/loss": loss}], 10, 6.0)
+        return RunResult(run_dir, SFTConfig.for_profile("smoke", n_sft_steps=10), [*evals, {"train/loss": loss}], 10, 10,
+                         0, 6.0, None)
 
     sft = {"128": sft_run("128", 128, 0.40, 0.30, 0.01), "all": sft_run("all", 4096, 0.60, 0.05, 0.10),
            "filtered": sft_run("filtered", 3000, 0.62, 0.04, 0.05)}
     rounds = [{"round": r, "step": 5 * r, "rollouts": 64 * r, "ei/kept": 10, "ei/kept_fraction": f,
                "train/reward": f, "train/entropy": 0.3} for r, f in ((1, 0.2), (2, 0.5))]
     evals = [{"round": r, "step": 5 * r, "rollouts": 64 * r, "eval/answer_reward": a} for r, a in ((0, 0.3), (2, 0.32))]
-    ei = {"G8": LoopResult(tmp_path, EIConfig.for_profile("smoke", questions_per_round=64), rounds + evals, 2, 6.0)}
+    ei = {"G8": RunResult(tmp_path, EIConfig.for_profile("smoke", questions_per_round=64), rounds + evals, 2, 10, 0, 6.0,
+                          None)}
     sft_text, ei_text, summary = sft_ei_reading(sft, ei, section_seconds=12.0)
     # 128 -> all: +20 points against 2 * sqrt(2 * 0.5 * 0.5 / 200) = 10 points; filtered vs all: +2 points.
     assert "+20.0 points, beyond the 10.0-point noise band" in sft_text
