@@ -2,7 +2,7 @@
 
 Every training loop in hw3lib does the same things around its own step, in this order:
 
-1. `open_run`: the run folder by the rules of hw3lib.core.runs -- a finished run with the same settings
+1. `begin_run` / `open_run`: the run folder by the rules of hw3lib.core.runs -- a finished run with the same settings
    is read back (no model is loaded), an interrupted one continues with `resume=True`, anything else is
    refused unless `overwrite=True`;
 2. `TrainingRun(...)`: write `config.json`; take the float32 policy the loop loaded (from
@@ -223,6 +223,18 @@ class TrainingRun:
 
     def result(self) -> RunResult:
         return read_result(self.run_dir, self.cfg, self.state)
+
+
+def begin_run(kind: str, cfg, resume: bool, overwrite: bool) -> tuple[Path, Path | None, RunResult | None]:
+    """Print the run's folder and config, then apply the folder rules (`open_run`): `(run folder,
+    checkpoint to resume or None, the RunResult of a finished run to reuse or None)`."""
+    run_dir = run_folder(cfg)
+    start_message(kind, cfg, run_dir)
+    checkpoint, finished = open_run(run_dir, cfg, resume, overwrite)
+    if finished is None:
+        return run_dir, checkpoint, None
+    reuse_message(cfg, run_dir)  # nothing left to do: read it back, no model, no engine
+    return run_dir, checkpoint, read_result(run_dir, cfg, finished)
 
 
 def start_message(kind: str, cfg, run_dir: Path) -> None:

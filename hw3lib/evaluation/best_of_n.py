@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw3lib.core.io import atomic_write_json, save_figure
+from hw3lib.core.io import save_figure
 from hw3lib.tasks.rewards import extract_question_only_answer, extract_r1_zero_answer, parse_plain_number
 from hw3lib.tasks.rewards import normalize_answer as grader_normalize
 
@@ -205,9 +205,15 @@ def flatten_metrics(metrics: dict) -> dict:
     return flat
 
 
-def write_metrics_json(metrics: dict, path: str | Path) -> Path:
-    """Save the metrics (atomically) for the writeup."""
-    return atomic_write_json(path, metrics)
+def best_of_n_result(metrics: dict, profile: str, model: str, task: str, sampling) -> dict:
+    """The writeup's `best_of_n` result (hw3lib.core.writeup_keys): the metrics per N, one scalar per metric
+    and N, and the gaps pass@N - Best@N at the largest N (first-N and unbiased estimators)."""
+    top = len(metrics["N"]) - 1
+    return {"profile": profile, "model": model, "task": task, "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature, **flatten_metrics(metrics),
+            "gap_pass_first_minus_best": metrics["pass_at_n_first"][top] - metrics["best_at_n"][top],
+            "gap_pass_unbiased_minus_best": metrics["pass_at_k_unbiased"][top] - metrics["best_at_n"][top],
+            **{key: metrics[key] for key in ("N", "pass_at_n_first", "pass_at_k_unbiased", "best_at_n", "maj_at_n")}}
 
 
 def plot_best_of_n(metrics: dict, path_stem: str | Path = "best_of_n", title: str | None = None):

@@ -171,6 +171,16 @@ def delete_outputs(out_dir: str | Path) -> None:
     _remove_checkpoint(out_dir)
 
 
+def zero_shot_result(summary: dict, profile: str) -> dict:
+    """The writeup's `zero_shot` result (hw3lib.core.writeup_keys) from an evaluation's `summary.json`."""
+    result = {"profile": profile, **{key: summary[key] for key in (
+        "model", "num_examples", "n", "num_samples", "accuracy", "format_rate", "mean_reward",
+        "mean_response_tokens", "truncation_rate")}}
+    result.update({f"count_{key}": summary["counts"][key] for key, _ in CATEGORIES})
+    result.update({key: summary["sampling"][key] for key in ("temperature", "top_p", "max_tokens", "seed")})
+    return result
+
+
 def summarize(rows: Sequence[dict]) -> dict:
     """Category counts and rates over all generations of all rows (pure; no timing)."""
     generations = [g for row in rows for g in row["generations"]]

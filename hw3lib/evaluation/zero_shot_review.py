@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hw3lib.core import io
+from hw3lib.core.writeup_keys import write_result
 from hw3lib.evaluation.evaluate import load_run, sample_by_category
 from hw3lib.tasks.rewards import answers_equivalent, extract_question_only_answer, extract_r1_zero_answer
 
@@ -101,5 +101,5 @@ def _reading(verdicts: dict) -> str:
 def write_zero_shot_review(run_dir: str | Path, k: int = 10, seed: int = 0) -> dict:
     """`review_zero_shot`, saved atomically to `figures/zero_shot_review.json` (for the writeup)."""
     review = review_zero_shot(run_dir, k=k, seed=seed)
-    io.atomic_write_json(io.figures_dir() / "zero_shot_review.json", review)
+    write_result("zero_shot_review", review)
     return review

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from hw3lib.core import io
+from hw3lib.core.writeup_keys import write_result
 from hw3lib.experiments.grids import GridResult, compare, difference_band, noise_reading, seed_band
 from hw3lib.experiments.plots import per_grpo_step
 from hw3lib.core.lifecycle import RunResult
@@ -510,5 +510,5 @@ def report_grid(result: GridResult) -> dict:
     summary = grid_summary(result)
     stems = plot_grid(result)
     summary["figures"] = [f"{stem}.png" for stem in stems.values()]
-    io.atomic_write_json(io.figures_dir() / f"grid_{result.grid.name}.json", summary)
+    write_result(f"grid_{result.grid.name}", summary)
     return summary

@@ -229,3 +229,10 @@ def plot_schedule_rewards(results: Mapping[str, RunResult], stem: str):
     fig.tight_layout()
     save_figure(fig, stem, dpi=150)
     return fig
+
+
+def async_result(cfg, table: list[dict], reading: str) -> dict:
+    """The writeup's `async_grpo` result (hw3lib.core.writeup_keys): the shared config, `schedule_table`'s
+    rows and `schedule_reading`'s text."""
+    return {"profile": cfg.profile, "model": cfg.model, "dataset": cfg.dataset, "n_grpo_steps": cfg.n_grpo_steps,
+            "rollout_batch_size": cfg.rollout_batch_size, "rows": table, "reading": reading}

@@ -65,8 +65,7 @@ import numpy as np
 import torch
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl
-from hw3lib.core.lifecycle import (RunResult, TrainingRun, open_run, policy_source, read_result, reuse_message,
-                                   run_folder, start_message)
+from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
 from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.evaluation.validate import validate
 from hw3lib.grpo.config import GRPOConfig
@@ -99,14 +98,10 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
     """
     from hw3lib.generation import training_engine
 
-    run_dir = run_folder(cfg)
-    start_message("GRPO", cfg, run_dir)
-
     # ---- set-up: the run folder, data, initial policy, (resumed) state, engine ---------------------------
-    checkpoint, finished_state = open_run(run_dir, cfg, resume, overwrite)  # hw3lib.core.lifecycle
-    if finished_state is not None:  # nothing left to do: read it back, no model, no engine
-        reuse_message(cfg, run_dir)
-        return read_result(run_dir, cfg, finished_state)
+    run_dir, checkpoint, finished = begin_run("GRPO", cfg, resume, overwrite)  # hw3lib.core.lifecycle
+    if finished is not None:
+        return finished
     train_records, learner = start_run(run_dir, cfg, checkpoint, callback)
     engine = training_engine(cfg, learner.policy, learner.tokenizer, learner.initial_model)
     engine.load_weights(learner.weights_for_engine())  # a resumed run's engine needs them too

@@ -184,6 +184,36 @@ def _train_keyword_model(out: Path, data, train: Sequence[dict], every: Sequence
                                          "final_nll_per_token": losses[-1], "seconds": time.perf_counter() - started})
 
 
+def keyword_result(cfg, policy, train_records: Sequence[dict], sft_dir: str | Path, result) -> dict:
+    """The writeup's `keyword` result (hw3lib.core.writeup_keys) of a finished keyword GRPO run: the own
+    model's shape, the data, the validation curve, the first and last sampled training reward, the
+    largest engine/trainer log-prob mismatch, and up to 4 validation samples before and after GRPO."""
+    from hw3lib.grpo.results import load_samples
+
+    evals, train_rows = result.eval_rows, result.train_rows
+    first_reward = {}  # each GRPO step's sampled reward (on its first optimizer-step row)
+    for row in train_rows:
+        first_reward.setdefault(row["grpo_step"], row["train/reward"])
+    steps = [int(row["grpo_step"]) for row in evals]
+    before, after = load_samples(result.run_dir, min(steps)), load_samples(result.run_dir, max(steps))
+    mismatches = [row["train/logprob_mismatch_mean_abs"] for row in train_rows
+                  if row.get("train/logprob_mismatch_mean_abs") is not None]
+    return {
+        "profile": cfg.profile, "model": f"hw3lib.models.nanogpt.GPT ({policy.config.n_layer} layers, "
+        f"width {policy.config.n_embd}, {sum(p.numel() for p in policy.parameters())} parameters)",
+        "data_source": sorted({r["source"] for r in train_records}), "n_train": len(train_records),
+        "n_validation_used": cfg.n_eval_examples,
+        "sft_steps": json.loads((Path(sft_dir) / "sft.json").read_text())["steps"], "grpo_steps": result.grpo_steps,
+        "steps": steps, "eval_reward": [float(row["eval/reward"]) for row in evals],
+        "eval_reward_start": float(evals[0]["eval/reward"]), "eval_reward_end": float(evals[-1]["eval/reward"]),
+        "train_reward_first": float(first_reward[min(first_reward)]),
+        "train_reward_last": float(first_reward[max(first_reward)]),
+        "minutes": result.elapsed_s / 60, "max_logprob_mismatch": float(max(mismatches)) if mismatches else None,
+        "examples": [{"prompt": b["question"], "before": b["response"], "before_reward": b["reward"],
+                      "after": a["response"], "after_reward": a["reward"]} for b, a in zip(before, after)][:4],
+    }
+
+
 # ---- the GRPO run ----------------------------------------------------------------------------------
 
 # The recipe (tuned by hand on 2 shared CPU cores: about 30 s of GRPO on one thread). Rollouts of at most

@@ -277,3 +277,15 @@ def draw_scores(ax: Any, log: dict) -> None:
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never hides a point
+
+
+def kissing_result(source: str, model: str, construction_scores: dict, search, llm_iterations: int, runs: dict,
+                   program_metrics: dict | None) -> dict:
+    """The writeup's `kissing` result (hw3lib.core.writeup_keys): each construction's score
+    (`<name>_points`), the local search, each LLM loop's best score (`<loop>_best_score`) and the stored
+    program's score (None when it was not evaluated). `source`: `live` or `replay`."""
+    return {"source": source, "model": model,
+            **{f"{name}_points": int(score) for name, score in construction_scores.items()},
+            "local_search_points": len(search.points), "local_search_iterations": search.iterations,
+            "llm_iterations": llm_iterations, **{f"{name}_best_score": run.best_score for name, run in runs.items()},
+            "program_py_score": None if program_metrics is None else program_metrics["combined_score"]}

@@ -22,7 +22,7 @@ from hw3lib.core.lifecycle import RunResult
 from hw3lib.sft.loop import trace_summary
 
 SFT_SIZES = (128, 256, 512, 1024, None)
-# The smoke profile's sizes: each run needs 300 steps on 2 CPU cores before size matters (sft_config), so CI
+# The smoke profile's sizes: each run needs 300 steps on 2 CPU cores before size matters (hw3lib.sft.config), so CI
 # runs three sizes spanning the range rather than five.
 SMOKE_SFT_SIZES = (128, 512, None)
 

@@ -43,8 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hw3lib.core.lifecycle import (RunResult, TrainingRun, open_run, policy_source, read_result, reuse_message,
-                                   run_folder, start_message)
+from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
 from hw3lib.maths.logprobs import autocast_for, pack_rollouts, response_log_probs
 from hw3lib.maths.sft import masked_normalize
 from hw3lib.sft.config import EIConfig
@@ -93,6 +92,7 @@ class Round:
     scores: list[dict]
     kept: list[int]
     generation_s: float
+    grading_s: float
 
 
 def sample_round(engine, cfg: EIConfig, train_records: Sequence[dict], reward_fn, round_: int) -> Round:
@@ -112,9 +112,11 @@ def sample_round(engine, cfg: EIConfig, train_records: Sequence[dict], reward_fn
                               seed=cfg.seed * 1_000_003 + round_)
     rollouts = [s for samples in engine.generate(prompts, sampling) for s in samples]
     generation_s = time.perf_counter() - started
+    started = time.perf_counter()
     truths = [q["gold"] for q in questions for _ in range(cfg.group_size)]
     scores = [reward_fn(r.text, truth) for r, truth in zip(rollouts, truths)]
-    return Round(questions, prompts, rollouts, scores, keep_correct(scores), generation_s)
+    return Round(questions, prompts, rollouts, scores, keep_correct(scores), generation_s,
+                 time.perf_counter() - started)
 
 
 def sft_on_kept(run: TrainingRun, batch: dict, prefix: int, kept: Sequence[int], round_: int) -> list[dict]:
@@ -166,12 +168,9 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
     from hw3lib.tasks.data import load_task
     from hw3lib.tasks.prompt_table import reward_fn_for
 
-    run_dir = run_folder(cfg)
-    start_message("expert iteration", cfg, run_dir)
-    checkpoint, finished = open_run(run_dir, cfg, resume, overwrite)  # hw3lib.core.lifecycle
+    run_dir, checkpoint, finished = begin_run("expert iteration", cfg, resume, overwrite)  # hw3lib.core.lifecycle
     if finished is not None:
-        reuse_message(cfg, run_dir)
-        return read_result(run_dir, cfg, finished)
+        return finished
     train_records, eval_records = load_task(cfg)
     reward_fn = reward_fn_for(cfg.prompt)
     initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
@@ -196,7 +195,7 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
                                           [r.token_ids for r in round_.rollouts], cfg.policy_device)
             entropy = rollout_entropy(policy, batch, cfg.generation_batch_size, prefix, cfg.sampling_temperature,
                                       cfg.dtype).tolist()
-            scoring_s = time.perf_counter() - started
+            scoring_s = round_.grading_s + time.perf_counter() - started
             # 3. SFT on the kept rollouts, from the current policy; 4. push the weights to the engine.
             started = time.perf_counter()
             steps = sft_on_kept(run, batch, prefix, round_.kept, round_number)

@@ -56,8 +56,7 @@ import numpy as np
 import torch
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from hw3lib.core.lifecycle import (RunResult, TrainingRun, open_run, policy_source, read_result, reuse_message,
-                                   run_folder, start_message)
+from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
 from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.maths.logprobs import autocast_for, response_log_probs, shared_prefix_length
 from hw3lib.maths.sft import masked_normalize, tokenize_prompt_and_output
@@ -298,12 +297,9 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     from hw3lib.tasks.data import load_task
     from hw3lib.tasks.prompt_table import reward_fn_for
 
-    run_dir = run_folder(cfg)
-    start_message("SFT", cfg, run_dir)
-    checkpoint, finished = open_run(run_dir, cfg, resume, overwrite)  # hw3lib.core.lifecycle
+    run_dir, checkpoint, finished = begin_run("SFT", cfg, resume, overwrite)  # hw3lib.core.lifecycle
     if finished is not None:
-        reuse_message(cfg, run_dir)
-        return read_result(run_dir, cfg, finished)
+        return finished
 
     # ---- data, policy (float32 masters) and its run, engine -----------------------------------------
     train_records, eval_records = load_task(cfg)

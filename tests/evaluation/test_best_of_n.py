@@ -22,7 +22,7 @@ from hw3lib.evaluation.best_of_n import (
     pass_at_n_first,
     plot_best_of_n,
     results_from_rows,
-    write_metrics_json,
+    best_of_n_result,
 )
 
 # Two prompts x four samples, worked by hand below.
@@ -200,5 +200,11 @@ def test_plot_and_json_are_written(tmp_path):
     plt.close(fig)
     assert (tmp_path / "figs" / "best_of_n.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "figs" / "best_of_n.pdf").read_bytes()[:5] == b"%PDF-"
-    write_metrics_json(metrics, tmp_path / "best_of_n.json")
-    assert json.loads((tmp_path / "best_of_n.json").read_text())["best_at_n"] == [0.0, 1.0, 0.0]
+    from hw3lib.core.writeup_keys import write_result
+    from hw3lib.generation import SamplingConfig
+
+    result = best_of_n_result(metrics, "smoke", "tiny", "arithmetic", SamplingConfig(n=4, max_tokens=32))
+    saved = json.loads(write_result("best_of_n", result, folder=tmp_path).read_text())
+    assert saved["best_at_n"] == [0.0, 1.0, 0.0] and saved["best_at_4"] == 0.0
+    assert saved["gap_pass_first_minus_best"] == metrics["pass_at_n_first"][2] - 0.0  # at the largest N, 4
+    assert saved["max_tokens"] == 32 and saved["model"] == "tiny"

@@ -325,6 +325,11 @@ def test_smoke_grpo_learns():
                 "time/tokens_per_s", "step"}
     assert expected <= rows[0].keys()
     assert {"eval/answer_reward", "eval/format_reward", "eval/response_length"} <= result.eval_rows[0].keys()
+    from hw3lib.core.writeup_keys import RESULT_KEYS  # the writeup's `train_loop` result, from this run
+    from hw3lib.grpo.results import run_summary
+
+    summary = run_summary(result)
+    assert set(RESULT_KEYS["train_loop"]) <= summary.keys() and summary["eval_answer_reward_rise"] == after - before
 
 
 # ---- warm start, CLI, benchmark ---------------------------------------------------------------------------

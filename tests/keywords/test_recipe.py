@@ -112,6 +112,14 @@ def test_grpo_trains_the_own_model_and_raises_the_reward(data_dir, sft_model):
     assert mismatch < 1e-4  # engine log-probs = trainer log-probs (same weights, same temperature)
     policy, _ = load_model_and_tokenizer(str(result.run_dir / "checkpoints" / "step_000020" / "policy"))
     assert isinstance(policy, GPT)
+    # the writeup's `keyword` result, from the same run
+    from hw3lib.core.writeup_keys import RESULT_KEYS
+    from hw3lib.keywords.recipe import keyword_result
+
+    summary = keyword_result(cfg, policy, read_split(data_dir, "train"), sft_model, result)
+    assert set(RESULT_KEYS["keyword"]) <= summary.keys()
+    assert (summary["eval_reward_start"], summary["eval_reward_end"], summary["grpo_steps"]) == (start, end, 20)
+    assert summary["max_logprob_mismatch"] == mismatch and summary["steps"] == [0, 20]
 
 
 def test_cli_writes_the_dataset_and_refuses_to_replace_a_different_one(tmp_path):
