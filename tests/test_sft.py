@@ -253,8 +253,12 @@ def test_masked_normalize_dims_keywords_and_masked_nan():
     torch.testing.assert_close(masked_normalize(x, mask, 1, 2.0), torch.tensor([1.5, 5.0]))  # the adapter's order
     masked_normalize(x, mask, dim=-1).sum().backward()
     assert torch.equal(x.grad, mask.float())  # no NaN from the masked-out NaN/inf
-    with pytest.raises(TypeError, match="constant_normalizer"):  # one name only: the course's normalize_constant
-        masked_normalize(x, mask, constant_normalizer=3.0)
+    # Both spellings the handouts use: (1 + 2) / 3 and (4 + 6) / 3 per row; never both at once.
+    torch.testing.assert_close(masked_normalize(x, mask, dim=1, constant_normalizer=3.0), torch.tensor([1.0, 10 / 3]))
+    torch.testing.assert_close(masked_normalize(x, mask, dim=1, constant_normalizer=3.0),
+                               masked_normalize(x, mask, dim=1, normalize_constant=3.0))
+    with pytest.raises(TypeError, match="pass the constant once"):
+        masked_normalize(x, mask, normalize_constant=2.0, constant_normalizer=3.0)
     with pytest.raises(TypeError, match="normalize_constant="):
         masked_normalize(x, mask, 2.0)
     with pytest.raises(ValueError, match="mask has shape"):

@@ -37,7 +37,8 @@ class OwnModelEngine(InProcessEngine):
                  max_model_len: int | None = None, progress: bool = True) -> None:
         """`model`: an own-model folder, or a loaded `GPT` (then pass its `tokenizer`; its device and
         dtype are kept). `batch_size`: rows per batch. `max_model_len`: context (default block_size)."""
-        from hw3lib.models.nanogpt import GPT, load_own_model
+        from hw3lib.models.load import load_model_and_tokenizer
+        from hw3lib.models.nanogpt import GPT
 
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -47,7 +48,10 @@ class OwnModelEngine(InProcessEngine):
             self.model_name = model.name_or_path
         else:
             self.model_name = str(model)
-            model, loaded = load_own_model(model, device=device, dtype=dtype)
+            model, loaded = load_model_and_tokenizer(self.model_name, device=device, dtype=dtype)  # hw3lib.models.load
+            if not isinstance(model, GPT):
+                raise ValueError(f"{self.model_name} is not a folder of hw3lib's own transformer "
+                                 "(hw3lib.models.nanogpt): use the transformers or vLLM engine for it")
             tokenizer = tokenizer or loaded
             model.eval()
         self.model, self.tokenizer = model, tokenizer

@@ -56,13 +56,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hw3lib.maths.grpo import RATIO_LOSSES
 from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir
-from hw3lib.grpo.replay import ReplayBuffer, merge_groups, split_groups
-from hw3lib.core.lifecycle import RunResult, read_result, reuse_message
+from hw3lib.core.lifecycle import RunResult, open_run, read_result, reuse_message
 from hw3lib.core.runs import latest_checkpoint
-from hw3lib.core.lifecycle import open_run
 from hw3lib.grpo.config import GRPOConfig
+from hw3lib.grpo.replay import ReplayBuffer, merge_groups, split_groups
+from hw3lib.maths.grpo import RATIO_LOSSES
 
 MODES = ("one_behind", "replay")
 ASYNC_FILE = "async.json"

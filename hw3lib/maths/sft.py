@@ -198,12 +198,18 @@ def _check_dim(dim) -> None:
 
 
 def masked_normalize(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None,
-                     normalize_constant: float = 1.0) -> torch.Tensor:
+                     normalize_constant: float = 1.0, *, constant_normalizer: float | None = None) -> torch.Tensor:
     """Sum of the entries `mask` keeps (over `dim`, or all entries if None) divided by `normalize_constant`.
 
     Output shape follows `tensor.sum(dim)`. (The argument order is the course adapter's,
-    `tensor, mask, dim, normalize_constant`; pass the constant by keyword.)
+    `tensor, mask, dim, normalize_constant`; pass the constant by keyword. One handout spells it
+    `constant_normalizer`: that keyword means the same.)
     """
+    if constant_normalizer is not None:
+        if normalize_constant != 1.0:
+            raise TypeError("masked_normalize: pass the constant once, as normalize_constant or as "
+                            f"constant_normalizer (got {normalize_constant} and {constant_normalizer})")
+        normalize_constant = constant_normalizer
     _check_dim(dim)
     kept = torch.where(_check_mask(tensor, mask), tensor, 0.0)  # [*tensor.shape]
     return kept.sum(dim=dim) / normalize_constant  # tensor.sum(dim) shape

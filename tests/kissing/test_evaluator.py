@@ -129,3 +129,28 @@ def test_stored_program_is_valid_and_reaches_the_target():
     metrics = evaluate_program(STORED_PROGRAM, timeout_s=60)
     assert metrics["validity"] == 1.0, metrics["message"]
     assert metrics["dimension"] == 11 and metrics["num_points"] >= STORED_TARGET
+
+
+def test_the_handouts_evaluator_command(tmp_path):
+    """`python data/kissing_number/evaluator.py PROGRAM` (the course's command): the course's metrics as
+    JSON, exit 0 for the stored 582-point program, exit 1 for an invalid set, 2 for a missing file."""
+    import json
+    import subprocess
+    import sys
+
+    script = REPO_ROOT / "data" / "kissing_number" / "evaluator.py"
+
+    def run(program):
+        done = subprocess.run([sys.executable, str(script), str(program)], capture_output=True, text=True, timeout=180)
+        return done.returncode, done.stdout
+
+    code, out = run(STORED_PROGRAM)
+    metrics = json.loads(out[:out.rindex("}") + 1])
+    assert code == 0 and (metrics["num_points"], metrics["dimension"], metrics["validity"],
+                          metrics["combined_score"]) == (582, 11, 1.0, 582.0)
+    duplicate = tmp_path / "duplicate.py"
+    duplicate.write_text("points = [[2] + [0] * 10, [2] + [0] * 10]\n")
+    code, out = run(duplicate)
+    metrics = json.loads(out[:out.rindex("}") + 1])
+    assert code == 1 and (metrics["validity"], metrics["combined_score"]) == (0.0, 0.0) and "identical" in out
+    assert run(tmp_path / "missing.py")[0] == 2
