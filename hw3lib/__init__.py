@@ -15,6 +15,7 @@ In course order (each folder's own docstring says what is inside):
 - `kissing`     the 11-dimensional kissing problem: verifier, sandbox, search, LLM loops
 - `workbook`    run every notebook, build the writeup
 - `cli`         the `hw3` command, which gathers the folders' `cli` modules
+- `adapters`    the courses' `run_*` test adapters (a student's tests/adapters.py is one import)
 
 Submodules are imported on demand so `import hw3lib` stays fast.
 """

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from hw3lib import adapters
 from hw3lib.maths.grpo import (LENGTH_NORMALIZATIONS, LOSS_INPUTS, LOSS_TYPES, RATIO_LOSSES, compute_grpo_clip_loss,
                          compute_grpo_no_clip_loss, compute_group_normalized_rewards,
                          compute_naive_policy_gradient_loss, compute_policy_gradient_loss, grpo_microbatch_train_step)
@@ -386,10 +387,9 @@ def reference_grpo_step_loss(policy_log_probs, response_mask, gradient_accumulat
     return reference_masked_mean(per_token, response_mask, dim=-1).mean() / gradient_accumulation_steps
 
 
-@pytest.mark.parametrize("normalize_by_std", [True, False])
-def test_course_compute_group_normalized_rewards(course_reward_fn, normalize_by_std):
-    normalized, raw, metadata = compute_group_normalized_rewards(
-        reward_fn=course_reward_fn, rollout_responses=COURSE_RESPONSES, repeated_ground_truths=COURSE_TRUTHS,
+def check_group_normalized_rewards(reward_fn, normalize_by_std):
+    normalized, raw, metadata = adapters.run_compute_group_normalized_rewards(
+        reward_fn=reward_fn, rollout_responses=COURSE_RESPONSES, repeated_ground_truths=COURSE_TRUTHS,
         group_size=4, advantage_eps=1e-6, normalize_by_std=normalize_by_std)
     # hand-worked: the sha256 rewards, group means 0.275 and 0.45
     assert raw.tolist() == pytest.approx([0.2, 0.5, 0.0, 0.4, 0.9, 0.7, 0.2, 0.0])
@@ -397,65 +397,116 @@ def test_course_compute_group_normalized_rewards(course_reward_fn, normalize_by_
     stds = [math.sqrt(0.1475 / 3)] * 4 + [math.sqrt(0.53 / 3)] * 4  # unbiased group stds
     hand = [c / (s + 1e-6) if normalize_by_std else c for c, s in zip(centred, stds)]
     assert normalized.tolist() == pytest.approx(hand, rel=1e-5, abs=1e-6)
-    expected = reference_group_normalized([course_reward_fn(r, t)["reward"] for r, t in
+    expected = reference_group_normalized([reward_fn(r, t)["reward"] for r, t in
                                            zip(COURSE_RESPONSES, COURSE_TRUTHS)], 4, 1e-6, normalize_by_std)
     torch.testing.assert_close(normalized, expected)
     assert normalized.shape == raw.shape == (8,) and normalized.dtype == raw.dtype == torch.float32
     assert isinstance(metadata, dict)
 
 
-def test_course_compute_naive_policy_gradient_loss(course_raw_rewards, course_policy_log_probs):
-    output = compute_naive_policy_gradient_loss(raw_rewards_or_advantages=course_raw_rewards,
-                                                policy_log_probs=course_policy_log_probs)
+def test_compute_group_normalized_rewards_normalize_by_std(course_reward_fn):
+    check_group_normalized_rewards(course_reward_fn, normalize_by_std=True)
+
+
+def test_compute_group_normalized_rewards_no_normalize_by_std(course_reward_fn):
+    check_group_normalized_rewards(course_reward_fn, normalize_by_std=False)
+
+
+def test_compute_naive_policy_gradient_loss(course_raw_rewards, course_policy_log_probs):
+    output = adapters.run_compute_naive_policy_gradient_loss(raw_rewards_or_advantages=course_raw_rewards,
+                                                             policy_log_probs=course_policy_log_probs)
     torch.testing.assert_close(output, -course_raw_rewards * course_policy_log_probs)
 
 
-@pytest.mark.parametrize("cliprange", [10.0, 0.1])
-def test_course_compute_grpo_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, cliprange):
-    output, metadata = compute_grpo_clip_loss(advantages=course_advantages, policy_log_probs=course_policy_log_probs,
-                                              old_log_probs=course_old_log_probs, cliprange=cliprange)
-    expected = reference_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, cliprange)
-    torch.testing.assert_close(output, expected)
+def check_grpo_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange):
+    output, metadata = adapters.run_compute_grpo_clip_loss(advantages=advantages, policy_log_probs=policy_log_probs,
+                                                           old_log_probs=old_log_probs, cliprange=cliprange)
+    torch.testing.assert_close(output, reference_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange))
     assert isinstance(metadata, dict)
-    if cliprange == 10.0:  # never clipped: the plain -r A
-        ratio = torch.exp(course_policy_log_probs - course_old_log_probs)
-        torch.testing.assert_close(output, -ratio * course_advantages)
-        assert not metadata["clipped"].any()
+    return output, metadata
 
 
-@pytest.mark.parametrize("loss_type", ["no_baseline", "reinforce_with_baseline", "grpo_clip"])
-def test_course_compute_policy_gradient_loss(loss_type, course_raw_rewards, course_advantages,
-                                             course_policy_log_probs, course_old_log_probs):
-    output, metadata = compute_policy_gradient_loss(
-        policy_log_probs=course_policy_log_probs, loss_type=loss_type, raw_rewards=course_raw_rewards,
-        advantages=course_advantages, old_log_probs=course_old_log_probs, cliprange=0.5)
+def test_compute_grpo_clip_loss_large_cliprange(course_advantages, course_policy_log_probs, course_old_log_probs):
+    output, metadata = check_grpo_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, 10.0)
+    ratio = torch.exp(course_policy_log_probs - course_old_log_probs)  # never clipped: the plain -r A
+    torch.testing.assert_close(output, -ratio * course_advantages)
+    assert not metadata["clipped"].any()
+
+
+def test_compute_grpo_clip_loss_small_cliprange(course_advantages, course_policy_log_probs, course_old_log_probs):
+    _, metadata = check_grpo_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, 0.1)
+    assert metadata["clipped"].any()  # ratios of e^N(0,1) leave [0.9, 1.1] for most tokens
+
+
+def check_policy_gradient_loss(loss_type, raw_rewards, advantages, policy_log_probs, old_log_probs):
+    output, metadata = adapters.run_compute_policy_gradient_loss(
+        policy_log_probs=policy_log_probs, loss_type=loss_type, raw_rewards=raw_rewards,
+        advantages=advantages, old_log_probs=old_log_probs, cliprange=0.5)
     expected = {
-        "no_baseline": -course_raw_rewards * course_policy_log_probs,
-        "reinforce_with_baseline": -course_advantages * course_policy_log_probs,
-        "grpo_clip": reference_clip_loss(course_advantages, course_policy_log_probs, course_old_log_probs, 0.5),
-    }[loss_type]
+        "no_baseline": lambda: -raw_rewards * policy_log_probs,
+        "reinforce_with_baseline": lambda: -advantages * policy_log_probs,
+        "grpo_clip": lambda: reference_clip_loss(advantages, policy_log_probs, old_log_probs, 0.5),
+    }[loss_type]()
     torch.testing.assert_close(output, expected)
     assert isinstance(metadata, dict)
 
 
-@pytest.mark.parametrize("dim", [0, 1, -1, None])
-def test_course_masked_mean(course_tensor_and_mask, dim):
-    tensor, mask = course_tensor_and_mask
-    output = masked_mean(tensor=tensor, mask=mask, dim=dim)
-    expected = reference_masked_mean(tensor, mask, dim)
+def test_compute_policy_gradient_loss_no_baseline(course_raw_rewards, course_advantages, course_policy_log_probs,
+                                                  course_old_log_probs):
+    check_policy_gradient_loss("no_baseline", course_raw_rewards, course_advantages, course_policy_log_probs,
+                               course_old_log_probs)
+
+
+def test_compute_policy_gradient_loss_reinforce_with_baseline(course_raw_rewards, course_advantages,
+                                                              course_policy_log_probs, course_old_log_probs):
+    check_policy_gradient_loss("reinforce_with_baseline", course_raw_rewards, course_advantages,
+                               course_policy_log_probs, course_old_log_probs)
+
+
+def test_compute_policy_gradient_loss_grpo_clip(course_raw_rewards, course_advantages, course_policy_log_probs,
+                                                course_old_log_probs):
+    check_policy_gradient_loss("grpo_clip", course_raw_rewards, course_advantages, course_policy_log_probs,
+                               course_old_log_probs)
+
+
+def check_masked_mean(tensor, mask, dim):
+    output = adapters.run_masked_mean(tensor=tensor, mask=mask) if dim == "none" else adapters.run_masked_mean(
+        tensor=tensor, mask=mask, dim=dim)
+    expected = reference_masked_mean(tensor, mask, None if dim == "none" else dim)
     assert output.shape == expected.shape
     torch.testing.assert_close(output, expected, equal_nan=True)
     # dim 0 averages pairs, and 260 of the 1000 pairs are both masked: NaN there, as in the course's snapshot
     assert int(output.isnan().sum()) == (260 if dim == 0 else 0)
 
 
-def test_course_grpo_microbatch_train_step_grpo_clip(course_policy_log_probs, course_response_mask,
-                                                     course_raw_rewards, course_advantages, course_old_log_probs):
+def test_masked_mean_dim0(course_tensor_and_mask):
+    check_masked_mean(*course_tensor_and_mask, dim=0)
+
+
+def test_masked_mean_dim1(course_tensor_and_mask):
+    check_masked_mean(*course_tensor_and_mask, dim=1)
+
+
+def test_masked_mean_dimlast(course_tensor_and_mask):
+    check_masked_mean(*course_tensor_and_mask, dim=-1)
+
+
+def test_masked_mean_dimNone(course_tensor_and_mask):
+    check_masked_mean(*course_tensor_and_mask, dim="none")
+
+
+def course_grpo_step(policy_log_probs, response_mask, raw_rewards, advantages, old_log_probs):
+    return adapters.run_grpo_microbatch_train_step(
+        policy_log_probs=policy_log_probs, response_mask=response_mask, gradient_accumulation_steps=2,
+        loss_type="grpo_clip", raw_rewards=raw_rewards, advantages=advantages, old_log_probs=old_log_probs,
+        cliprange=0.1)
+
+
+def test_grpo_microbatch_train_step_grpo_clip(course_policy_log_probs, course_response_mask, course_raw_rewards,
+                                              course_advantages, course_old_log_probs):
     policy_log_probs = course_policy_log_probs.clone().requires_grad_()
-    loss, metadata = grpo_microbatch_train_step(
-        policy_log_probs=policy_log_probs, response_mask=course_response_mask, gradient_accumulation_steps=2,
-        loss_type="grpo_clip", raw_rewards=course_raw_rewards, advantages=course_advantages,
-        old_log_probs=course_old_log_probs, cliprange=0.1)
+    loss, metadata = course_grpo_step(policy_log_probs, course_response_mask, course_raw_rewards, course_advantages,
+                                      course_old_log_probs)
     expected_lp = course_policy_log_probs.clone().requires_grad_()
     expected = reference_grpo_step_loss(expected_lp, course_response_mask, 2, course_advantages,
                                         course_old_log_probs, 0.1)
@@ -470,16 +521,13 @@ def test_course_grpo_microbatch_train_step_grpo_clip(course_policy_log_probs, co
     assert isinstance(metadata, dict)
 
 
-def test_course_grpo_microbatch_train_step_grpo_clip_10_steps(course_policy_log_probs, course_response_mask,
-                                                              course_raw_rewards, course_advantages,
-                                                              course_old_log_probs):
+def test_grpo_microbatch_train_step_grpo_clip_10_steps(course_policy_log_probs, course_response_mask,
+                                                       course_raw_rewards, course_advantages, course_old_log_probs):
     policy_log_probs = course_policy_log_probs.clone().requires_grad_()
     losses, grads = [], []
     for _ in range(10):  # as the course: .grad accumulates in place, so every entry is the final sum
-        loss, _ = grpo_microbatch_train_step(
-            policy_log_probs=policy_log_probs, response_mask=course_response_mask, gradient_accumulation_steps=2,
-            loss_type="grpo_clip", raw_rewards=course_raw_rewards, advantages=course_advantages,
-            old_log_probs=course_old_log_probs, cliprange=0.1)
+        loss, _ = course_grpo_step(policy_log_probs, course_response_mask, course_raw_rewards, course_advantages,
+                                   course_old_log_probs)
         losses.append(loss)
         grads.append(policy_log_probs.grad)
     expected_lp = course_policy_log_probs.clone().requires_grad_()
@@ -489,3 +537,24 @@ def test_course_grpo_microbatch_train_step_grpo_clip_10_steps(course_policy_log_
         expected.backward(retain_graph=True)
     torch.testing.assert_close(torch.stack(losses), expected.detach().expand(10))
     torch.testing.assert_close(torch.stack(grads), expected_lp.grad.expand(10, 2, 10))
+
+
+def test_grpo_adapter_constant_normalizer_spellings(course_policy_log_probs, course_response_mask, course_advantages):
+    """Dr. GRPO through the adapter: the masked sum / the constant, under either of the handouts' names."""
+    results = []
+    for keyword in ("constant_normalize_factor", "constant_normalizer"):
+        lp = course_policy_log_probs.clone().requires_grad_()
+        loss, _ = adapters.run_grpo_microbatch_train_step(lp, course_response_mask, 2, "reinforce_with_baseline",
+                                                          advantages=course_advantages, **{keyword: 10.0})
+        results.append((loss, lp.grad))
+    # hand-worked gradient: -A_i * mask / (10 * batch 2 * accumulation 2)
+    expected_grad = -course_advantages * course_response_mask.float() / 40
+    for loss, grad in results:
+        torch.testing.assert_close(grad, expected_grad)
+        torch.testing.assert_close(loss, (-course_advantages * course_policy_log_probs * course_response_mask)
+                                   .sum(-1).mean() / 20)
+    with pytest.raises(TypeError, match="once"):
+        adapters.run_grpo_microbatch_train_step(course_policy_log_probs.clone().requires_grad_(),
+                                                course_response_mask, 1, "reinforce_with_baseline",
+                                                advantages=course_advantages, constant_normalize_factor=1.0,
+                                                constant_normalizer=2.0)

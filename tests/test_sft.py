@@ -10,6 +10,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from hw3lib import adapters
 from hw3lib.maths.sft import (compute_entropy, get_response_log_probs, masked_mean, masked_mean_or_zero, masked_normalize,
                         pack_prompt_and_output_ids, sft_microbatch_train_step, tokenize_prompt_and_output)
 
@@ -416,11 +417,12 @@ def reference_sft_loss(policy_log_probs, response_mask, gradient_accumulation_st
     return per_sequence.mean() / gradient_accumulation_steps
 
 
-def test_course_tokenize_prompt_and_output(tiny_model_dir):
+def test_tokenize_prompt_and_output(tiny_model_dir):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    out = tokenize_prompt_and_output(prompt_strs=COURSE_STRS, output_strs=COURSE_STRS, tokenizer=tokenizer)
+    out = adapters.run_tokenize_prompt_and_output(prompt_strs=COURSE_STRS, output_strs=COURSE_STRS,
+                                                  tokenizer=tokenizer)
     expected = reference_tokenize(COURSE_STRS, COURSE_STRS, tokenizer)
     assert set(out) == set(expected)
     for key in expected:
@@ -430,36 +432,59 @@ def test_course_tokenize_prompt_and_output(tiny_model_dir):
     assert out["input_ids"].shape == (3, longest - 1)
 
 
-def test_course_compute_entropy(course_logits):
-    output = compute_entropy(course_logits)
+def test_compute_entropy(course_logits):
+    output = adapters.run_compute_entropy(course_logits)
     expected = -(torch.softmax(course_logits.double(), -1) * torch.log_softmax(course_logits.double(), -1)).sum(-1)
     assert output.shape == (2, 10) and output.dtype == torch.float32
     torch.testing.assert_close(output.double(), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_course_get_response_log_probs(course_input_ids_and_labels):
+def test_get_response_log_probs(course_input_ids_and_labels):
     model = tiny_qwen3(vocab_size=100)
     input_ids, labels = course_input_ids_and_labels
-    output = get_response_log_probs(model=model, input_ids=input_ids, labels=labels, return_token_entropy=True)
+    output = adapters.run_get_response_log_probs(model=model, input_ids=input_ids, labels=labels,
+                                                 return_token_entropy=True)
     assert set(output) == {"log_probs", "token_entropy"}  # the snapshot holds exactly these keys
     ref_log_probs, ref_entropy = naive_log_probs_and_entropy(model, input_ids, labels)
     torch.testing.assert_close(output["log_probs"].double(), ref_log_probs, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(output["token_entropy"].double(), ref_entropy, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("dim", [0, 1, -1, None])
-def test_course_masked_normalize(course_logits, course_mask, dim):
-    output = masked_normalize(tensor=course_logits, mask=course_mask, normalize_constant=42.0, dim=dim)
-    expected = reference_masked_normalize(course_logits, course_mask, dim, 42.0)
+def check_masked_normalize(tensor, mask, dim):
+    if dim == "none":
+        output = adapters.run_masked_normalize(tensor=tensor, mask=mask, normalize_constant=42.0)
+    else:
+        output = adapters.run_masked_normalize(tensor=tensor, mask=mask, normalize_constant=42.0, dim=dim)
+    expected = reference_masked_normalize(tensor, mask, None if dim == "none" else dim, 42.0)
     assert output.shape == expected.shape
     torch.testing.assert_close(output, expected)
+    # the other handout's spelling of the constant gives the same numbers
+    spelled = adapters.run_masked_normalize(tensor, mask, None if dim == "none" else dim, constant_normalizer=42.0)
+    torch.testing.assert_close(spelled, output)
 
 
-@pytest.mark.parametrize("normalize_constant", [1.0, 42.0])
-def test_course_sft_microbatch_train_step(course_policy_log_probs, course_response_mask, normalize_constant):
+def test_masked_normalize_dim0(course_logits, course_mask):
+    check_masked_normalize(course_logits, course_mask, dim=0)
+
+
+def test_masked_normalize_dim1(course_logits, course_mask):
+    check_masked_normalize(course_logits, course_mask, dim=1)
+
+
+def test_masked_normalize_dimlast(course_logits, course_mask):
+    check_masked_normalize(course_logits, course_mask, dim=-1)
+
+
+def test_masked_normalize_dimNone(course_logits, course_mask):
+    check_masked_normalize(course_logits, course_mask, dim="none")
+
+
+def check_sft_step(course_policy_log_probs, course_response_mask, normalize_constant, **spelling):
     policy_log_probs = course_policy_log_probs.clone().requires_grad_()
-    loss, _ = sft_microbatch_train_step(policy_log_probs=policy_log_probs, response_mask=course_response_mask,
-                                        gradient_accumulation_steps=2, normalize_constant=normalize_constant)
+    constant = spelling or {"normalize_constant": normalize_constant}
+    loss, _ = adapters.run_sft_microbatch_train_step(policy_log_probs=policy_log_probs,
+                                                     response_mask=course_response_mask,
+                                                     gradient_accumulation_steps=2, **constant)
     expected_lp = course_policy_log_probs.clone().requires_grad_()
     expected = reference_sft_loss(expected_lp, course_response_mask, 2, normalize_constant)
     expected.backward()
@@ -469,12 +494,27 @@ def test_course_sft_microbatch_train_step(course_policy_log_probs, course_respon
     torch.testing.assert_close(policy_log_probs.grad, -course_response_mask.float() / (normalize_constant * 4))
 
 
-def test_course_sft_microbatch_train_step_10_steps(course_policy_log_probs, course_response_mask):
+def test_sft_microbatch_train_step(course_policy_log_probs, course_response_mask):
+    check_sft_step(course_policy_log_probs, course_response_mask, 1.0)
+
+
+def test_sft_microbatch_train_step_normalize(course_policy_log_probs, course_response_mask):
+    check_sft_step(course_policy_log_probs, course_response_mask, 42.0)
+    # the spellings other handouts and student repositories use for the constant
+    check_sft_step(course_policy_log_probs, course_response_mask, 42.0, constant_normalizer=42.0)
+    check_sft_step(course_policy_log_probs, course_response_mask, 42.0, normalization_constant=42.0)
+    with pytest.raises(TypeError, match="once"):
+        adapters.run_sft_microbatch_train_step(course_policy_log_probs.clone().requires_grad_(),
+                                               course_response_mask, 2, 42.0, constant_normalizer=42.0)
+
+
+def test_sft_microbatch_train_step_10_steps(course_policy_log_probs, course_response_mask):
     policy_log_probs = course_policy_log_probs.clone().requires_grad_()
     losses, grads = [], []
     for _ in range(10):  # as the course: .grad accumulates in place, so every entry is the final sum
-        loss, _ = sft_microbatch_train_step(policy_log_probs=policy_log_probs, response_mask=course_response_mask,
-                                            gradient_accumulation_steps=2, normalize_constant=1.0)
+        loss, _ = adapters.run_sft_microbatch_train_step(policy_log_probs=policy_log_probs,
+                                                         response_mask=course_response_mask,
+                                                         gradient_accumulation_steps=2, normalize_constant=1.0)
         losses.append(loss)
         grads.append(policy_log_probs.grad)
     expected_lp = course_policy_log_probs.clone().requires_grad_()

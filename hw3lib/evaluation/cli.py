@@ -13,6 +13,10 @@ An interrupted run resumes when the same command is run again with the same --ou
 one is reused. An --out folder holding an evaluation made with other settings (model, sampling,
 prompt, examples) is refused with an error; `--overwrite` deletes its generations.jsonl, summary.json
 and checkpoint/ (nothing else) and starts over.
+
+With $HW3_COURSE_GRADER set (the student's copy of the course's drgrpo_grader.py), the rewards come
+from that file, and the command also re-grades every sample with hw3lib's grader and writes
+`grader_agreement.json`: how many samples the two graders score differently, with examples.
 """
 
 from __future__ import annotations
@@ -73,11 +77,16 @@ def eval_command(
     from hw3lib.core.runs import RunExistsError
     from hw3lib.evaluation.evaluate import check_out_dir, evaluate
     from hw3lib.generation import SamplingConfig, make_engine
+    from hw3lib.tasks.course_grader import CourseGraderError
     from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
 
     examples, question_key, answer_key, model = eval_questions(dataset, split, limit, math_path, data_dir, model,
                                                                profile)
-    reward_fn = reward_fn_for(prompt.value)
+    try:
+        reward_fn = reward_fn_for(prompt.value)
+    except CourseGraderError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
     sampling = SamplingConfig(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                               stop=stop_strings_for(prompt.value), include_stop_str_in_output=True, seed=seed)
     device, dtype, gpu_memory_utilization = device_defaults(device, dtype, gpu_memory_utilization)
@@ -105,6 +114,29 @@ def eval_command(
     typer.echo(json.dumps(summary, indent=2))
     typer.echo(f"accuracy {summary['accuracy']:.4f}, format rate {summary['format_rate']:.4f} over "
                f"{summary['num_samples']} samples; wrote {out}/generations.jsonl and {out}/summary.json")
+    if reward_fn.__name__.startswith("course:"):
+        report_grader_agreement(out, prompt.value)
+
+
+def report_grader_agreement(out: Path, prompt: str) -> dict:
+    """Re-grade the evaluation's generations with hw3lib's grader and the course's; write and print how
+    often they agree (`grader_agreement.json` in `out`)."""
+    from hw3lib.core.io import atomic_write_json
+    from hw3lib.evaluation.evaluate import load_run
+    from hw3lib.tasks.course_grader import course_reward_fn, grader_agreement
+    from hw3lib.tasks.prompt_table import hw3lib_reward_fn_for
+
+    rows, _ = load_run(out)
+    samples = [(g["text"], row["ground_truth"]) for row in rows for g in row["generations"]]
+    report = grader_agreement(samples, ours=hw3lib_reward_fn_for(prompt), theirs=course_reward_fn(prompt))
+    atomic_write_json(out / "grader_agreement.json", report)
+    typer.echo(f"graders: {report['agree']} of {report['samples']} samples scored alike; hw3lib's grader alone "
+               f"rewards {report['ours_only_correct']}, the course's alone {report['theirs_only_correct']} "
+               f"(examples in {out}/grader_agreement.json)")
+    for example in report["examples"][:3]:
+        typer.echo(f"  ours {example['ours']:.0f} / course {example['theirs']:.0f}: gold {example['ground_truth']!r}, "
+                   f"response ...{example['response'][-80:]!r}")
+    return report
 
 
 def eval_questions(dataset: Dataset, split: str, limit: Optional[int], math_path: Optional[str],

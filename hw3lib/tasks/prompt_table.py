@@ -8,6 +8,9 @@ so a template, its reward and its stop strings cannot drift apart:
 | `r1_zero` | `prompts/r1_zero.prompt` | `r1_zero_reward_fn` (tags, then the answer) | `</answer>` |
 | `question_only` | `prompts/question_only.prompt` | `question_only_reward_fn` (last box or number) | EOS or budget |
 | `keyword` | built by `hw3lib.tasks.keyword_data` | `keyword_sentence_reward_fn` (all keywords, one sentence) | end of line |
+
+$HW3_COURSE_GRADER=path/to/drgrpo_grader.py swaps in the course's own reward functions for the first two
+rows (hw3lib.tasks.course_grader).
 """
 
 from __future__ import annotations
@@ -31,7 +34,19 @@ def _row(prompt: str) -> tuple[str, tuple[str, ...]]:
 
 def reward_fn_for(prompt: str) -> Callable[[str, str], dict]:
     """The reward function that matches a prompt template (r1_zero's tags, a bare answer, or keyword
-    inclusion in one sentence, whose `gold` is the list of keywords)."""
+    inclusion in one sentence, whose `gold` is the list of keywords).
+
+    With $HW3_COURSE_GRADER set, the r1_zero and question_only rewards come from that file, the
+    student's copy of the course's grader (hw3lib.tasks.course_grader); `hw3lib_reward_fn_for` always
+    gives ours.
+    """
+    from hw3lib.tasks.course_grader import course_reward_fn
+
+    return course_reward_fn(prompt) or hw3lib_reward_fn_for(prompt)
+
+
+def hw3lib_reward_fn_for(prompt: str) -> Callable[[str, str], dict]:
+    """hw3lib's own reward function for a prompt template, whatever $HW3_COURSE_GRADER says."""
     from hw3lib.tasks import rewards  # imported on first use: it loads the answer-equivalence machinery
 
     return getattr(rewards, _row(prompt)[0])

@@ -169,6 +169,24 @@ def extract_question_only_answer(response: Any) -> str | None:
     return numbers[-1] if numbers else None
 
 
+# A number as GSM8K writes one: optional minus (not one glued to a word or number, as in "5-3"),
+# digits with or without thousands commas, decimals. A fraction "48/2" is two numbers.
+_GSM8K_NUMBER = re.compile(r"(?:(?<![\w)])-)?\d[\d,]*(?:\.\d+)?")
+
+
+def parse_gsm8k_response(model_output: str) -> str | None:
+    """The course's `parse_gsm8k_response`: the last number in `model_output`, as a string without
+    thousands commas (and without a trailing comma or period), or None when there is none.
+
+    "Natalia sold 48/2 = 24 clips in May. ... 48+24 = 72 clips altogether" -> "72"; number words
+    ("seventy-two") are not numbers -> None.
+    """
+    numbers = _GSM8K_NUMBER.findall(model_output)
+    if not numbers:
+        return None
+    return numbers[-1].replace(",", "")
+
+
 def question_only_reward_fn(response: str, ground_truth: Any, fast: bool = True) -> dict[str, float]:
     """Reward for the question-only prompt: the last `\\boxed{}` or else the last number is the answer."""
     answer = extract_question_only_answer(response)
