@@ -3,8 +3,9 @@
 Usage: python _sandbox_runner.py RESULT_FD PROGRAM.py MEMORY_MB CPU_SECONDS FILE_SIZE_BYTES MAX_PROCESSES
                                   MAX_POINTS MAX_COORDINATE_BITS
 
-Sets its own resource limits (address space, CPU time, file size, processes, no core dumps),
-disables sockets, executes PROGRAM.py as a module named ``candidate_program`` (so an
+Sets its own resource limits (address space, CPU time, file size, processes, open files, no core
+dumps), disables sockets, reads PROGRAM.py as bytes (Python decodes it, honouring a PEP 263 coding
+line), executes PROGRAM.py as a module named ``candidate_program`` (so an
 ``if __name__ == "__main__":`` block does not run), finds its points and writes one JSON document
 to the pipe RESULT_FD that the parent opened (never a file: the program could replace a file):
 
@@ -33,6 +34,7 @@ import time
 import traceback
 
 TRACEBACK_TAIL = 2000  # characters of traceback kept for the error message
+MAX_OPEN_FILES = 256  # per process
 
 
 def _no_network(*args, **kwargs):
@@ -102,6 +104,8 @@ def set_limits(memory_mb: int, cpu_seconds: int, file_size: int, max_processes: 
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))  # not binding for host root
+    # Open files bound what pipes and sockets can pin in kernel memory (each pipe holds up to 1 MiB).
+    resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
 
 
 def oversized(points, max_points: int, max_bits: int) -> str | None:
@@ -130,7 +134,7 @@ def main(result_fd: int, program_path: str, max_points: int = 10_000, max_bits: 
     disable_network()
     # Imports resolve against the program's own folder, not this package's (sys.path[0]).
     sys.path[0] = os.path.dirname(os.path.abspath(program_path))
-    with open(program_path, encoding="utf-8") as handle:
+    with open(program_path, "rb") as handle:
         source = handle.read()
     namespace = {"__name__": "candidate_program", "__file__": program_path, "__builtins__": __builtins__}
     start = time.perf_counter()

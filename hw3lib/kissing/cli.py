@@ -40,7 +40,9 @@ def evaluate(program: Path = typer.Argument(..., help="Python file defining run_
         metrics = evaluate_program(program, timeout_s=timeout, memory_mb=memory_mb, strict=strict)
     except SandboxUnavailable as exc:
         _fail(f"--strict: {exc}")
-    message = metrics.pop("message")
+    from hw3lib.kissing.messages import clean_text
+
+    message = clean_text(metrics.pop("message"))  # the evaluator cleans it already; a terminal gets no escapes regardless
     typer.echo(json.dumps(metrics, indent=2))
     typer.echo(message)
 

@@ -35,6 +35,7 @@ objects are refused by name), and the exact check must finish by the program's o
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -42,10 +43,13 @@ import shutil
 import signal
 import tempfile
 import time
+import tokenize
+import warnings
 from pathlib import Path
 
-from hw3lib.kissing.sandbox import (WORKDIR, child_env, network_isolation_available, resolve_mode, run_script,
-                                    warn_fallback)
+from hw3lib.kissing.messages import MESSAGE_LIMIT, clean_text
+from hw3lib.kissing.sandbox import (WORKDIR, SandboxUnavailable, SandboxWarning, child_env, containment,
+                                    network_isolation_available, resolve_mode, run_script, warn_fallback)
 from hw3lib.kissing.verify import VerificationTimeout, verify
 
 __all__ = ["evaluate_program", "network_isolation_available"]
@@ -85,7 +89,12 @@ def evaluate_program(path_or_source: str | os.PathLike, timeout_s: float = 60, m
     mode = resolve_mode(sandbox, strict)
     if mode == "process":
         warn_fallback()
-    outcome = _run_in_sandbox(source, mode, timeout_s, memory_mb, max_points, max_coordinate_bits)
+    else:
+        check_containment(memory_mb, strict)
+    problem = source_problem(source)
+    if problem:
+        return _metrics(0, 0, False, start, problem, "exception", mode)
+    outcome = _run_in_sandbox(source, mode, timeout_s, memory_mb, max_points, max_coordinate_bits, dimension)
     if not outcome.get("ok"):
         return _metrics(0, 0, False, start, outcome["error"], outcome["kind"], mode)
 
@@ -110,8 +119,43 @@ def evaluate_program(path_or_source: str | os.PathLike, timeout_s: float = 60, m
     return metrics
 
 
+def check_containment(memory_mb: int, strict: bool) -> None:
+    """Warn (SandboxWarning) naming what this host leaves unbounded; strict refuses when nothing caps
+    memory and processes (or the system-call filter is missing)."""
+    state = containment(_cgroup_bytes(memory_mb))
+    gaps = state.gaps(memory_mb)
+    if not gaps:
+        return
+    if strict and ((not state.memory_cap and not state.process_cap) or state.seccomp):
+        raise SandboxUnavailable("strict mode refuses to run with these unbounded: " + "; ".join(gaps)
+                                 + ". Run as root with a writable cgroup (v1 pids+memory, or v2 with the memory "
+                                 "and pids controllers delegated), or drop strict=True / --strict")
+    warnings.warn("the bubblewrap sandbox leaves unbounded: " + "; ".join(gaps), SandboxWarning, stacklevel=3)
+
+
+def _cgroup_bytes(memory_mb: int) -> int:
+    """The whole sandbox's memory cap: the process's limit, its tmpfs files, and slack for the runtime."""
+    return memory_mb * 2**20 + 2 * FILE_SIZE_LIMIT + 2**28
+
+
+def source_problem(source: bytes) -> str | None:
+    """Why Python cannot read the program's bytes as source (undecodable text), or None."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    except SyntaxError:  # bad bytes in the first two lines, or an unknown coding name: try UTF-8 for the offset
+        encoding = "utf-8"
+    try:
+        source.decode(encoding)
+    except UnicodeDecodeError as exc:
+        return (f"SyntaxError: the program file is not valid {encoding.upper()} text (byte {source[exc.start]:#04x} at "
+                f"offset {exc.start}); save it as UTF-8 (or declare its encoding in a '# -*- coding: ... -*-' line)")
+    return None
+
+
 def _metrics(num_points: int, dimension: int, valid: bool, start: float, message: str, status: str,
              sandbox: str) -> dict:
+    # Every message passes here: capped, printable, valid UTF-8 before it reaches logs, terminals or the LLM.
+    message = clean_text(message, MESSAGE_LIMIT)
     return {
         "num_points": int(num_points),
         "dimension": int(dimension),
@@ -124,12 +168,13 @@ def _metrics(num_points: int, dimension: int, valid: bool, start: float, message
     }
 
 
-def _read_source(path_or_source: str | os.PathLike) -> str:
+def _read_source(path_or_source: str | os.PathLike) -> bytes:
+    """The program's bytes, exactly as stored: Python itself decodes them (PEP 263 coding lines included)."""
     if isinstance(path_or_source, os.PathLike):
         path = Path(path_or_source)
         if not path.is_file():
             raise FileNotFoundError(f"evaluate_program: no such program file {path}")
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes()
     if not isinstance(path_or_source, str):
         raise TypeError(f"evaluate_program: expected a path or source text, got {type(path_or_source).__name__}")
     looks_like_path = "\n" not in path_or_source and path_or_source.strip().endswith(".py")
@@ -137,35 +182,40 @@ def _read_source(path_or_source: str | os.PathLike) -> str:
         path = Path(path_or_source.strip())
         if not path.is_file():
             raise FileNotFoundError(f"evaluate_program: no such program file {path} (pass source text or an existing path)")
-        return path.read_text(encoding="utf-8")
-    return path_or_source
+        return path.read_bytes()
+    # A lone surrogate cannot be UTF-8: passed through as invalid bytes, source_problem reports it.
+    return path_or_source.encode("utf-8", "surrogatepass")
 
 
-def _run_in_sandbox(source: str, mode: str, timeout_s: float, memory_mb: int, max_points: int,
-                    max_bits: int) -> dict:
+def result_cap_bytes(max_points: int, max_bits: int, dimension: int) -> int:
+    """Largest result accepted: `max_points` rows of `dimension` max_bits-bit integers (~0.3 digits per bit,
+    plus sign and separators) and room for an error message."""
+    return max_points * (dimension + 1) * (max_bits * 3 // 10 + 4) + 2**16
+
+
+def _run_in_sandbox(source: bytes, mode: str, timeout_s: float, memory_mb: int, max_points: int,
+                    max_bits: int, dimension: int) -> dict:
     """Run the runner on `source`; return the checked payload or {"ok": False, "kind", "error"}."""
     cpu_seconds = max(1, math.ceil(timeout_s) + 1)
     limits = [str(memory_mb), str(cpu_seconds), str(FILE_SIZE_LIMIT), str(MAX_PROCESSES), str(max_points), str(max_bits)]
-    # Generous for the caps: every coordinate at max_bits (~0.3 digits per bit) plus separators.
-    result_cap = max_points * 64 * (max_bits * 3 // 10 + 4) + 2**20
-    cgroup_bytes = memory_mb * 2**20 + 2 * FILE_SIZE_LIMIT + 2**28  # the process, its tmpfs files, slack
+    result_cap = result_cap_bytes(max_points, max_bits, dimension)
     if mode == "bwrap":
         run = run_script(RUNNER, [f"{WORKDIR}/program.py", *limits], mode=mode, timeout_s=timeout_s,
                          env=child_env(WORKDIR), program_source=source, result_cap=result_cap,
-                         output_cap=OUTPUT_LIMIT, memory_bytes=cgroup_bytes)
+                         output_cap=OUTPUT_LIMIT, memory_bytes=_cgroup_bytes(memory_mb))
     else:
         workdir = Path(tempfile.mkdtemp(prefix="kissing_eval_"))
         try:
             program_dir = workdir / "program"  # the program's cwd and HOME
             program_dir.mkdir()
             program = program_dir / "program.py"
-            program.write_text(source, encoding="utf-8")
+            program.write_bytes(source)
             run = run_script(RUNNER, [str(program), *limits], mode=mode, timeout_s=timeout_s,
                              env=child_env(str(program_dir)), cwd=program_dir, result_cap=result_cap,
                              output_cap=OUTPUT_LIMIT)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-    tail = run.output_tail.decode("utf-8", errors="replace").strip()[-OUTPUT_TAIL:]
+    tail = clean_text(run.output_tail, 4 * OUTPUT_TAIL).strip()[-OUTPUT_TAIL:]
     if run.timed_out:
         return {"ok": False, "kind": "timeout",
                 "error": f"timeout: the program ran longer than {timeout_s:g} s and was killed; make it faster"}
@@ -174,34 +224,54 @@ def _run_in_sandbox(source: str, mode: str, timeout_s: float, memory_mb: int, ma
                 "and was killed; print less (a summary, not every step)"}
     if run.result_overflow:
         return {"ok": False, "kind": "bad_points", "error": f"the result sent back is larger than {result_cap:,} "
-                f"bytes (at most {max_points:,} points of {max_bits}-bit integers fit); return fewer or smaller points"}
+                f"bytes (at most {max_points:,} points of {dimension} {max_bits}-bit integers fit); return fewer "
+                "or smaller points"}
     if run.result:
-        return parse_result(run.result, max_points, max_bits)
-    returncode = run.returncode if run.returncode is not None else -signal.SIGKILL
-    if returncode == -signal.SIGXCPU:
-        kind, why = "cpu", f"CPU time limit ({cpu_seconds} s) exceeded"
-    elif "MemoryError" in tail:
-        kind, why = "memory", f"the program exceeded the memory limit ({memory_mb} MiB)"
-    elif returncode == -signal.SIGKILL:
-        kind, why = "crash", "the program was killed (SIGKILL), most likely for using too much memory"
-    elif returncode == -signal.SIGXFSZ:
-        kind, why = "crash", f"the program wrote a file larger than {FILE_SIZE_LIMIT // 2**20} MiB and was killed"
-    elif returncode < 0:
-        kind, why = "crash", f"the program died from signal {signal.Signals(-returncode).name}"
-    else:
-        kind, why = "exit", f"the program exited (code {returncode}) without returning points"
+        return parse_result(run.result, max_points, max_bits, dimension)
+    kind, why = _exit_reason(run.returncode, run.mode, tail, cpu_seconds, memory_mb)
     return {"ok": False, "kind": kind, "error": why + (f"; its output ends with:\n{tail}" if tail else "")}
 
 
-def parse_result(data: bytes, max_points: int = MAX_POINTS, max_bits: int = MAX_COORDINATE_BITS) -> dict:
+def _exit_reason(returncode: int | None, mode: str, tail: str, cpu_seconds: int, memory_mb: int) -> tuple[str, str]:
+    """(kind, words) for a run that sent no result; any exit status, even one no signal explains."""
+    if returncode is None:
+        returncode = -signal.SIGKILL
+    status = returncode
+    if mode == "bwrap" and 128 < returncode < 128 + signal.NSIG:
+        returncode = -(returncode - 128)  # bwrap reports a child killed by signal N as 128 + N (or an exit 128 + N)
+    if returncode == -signal.SIGXCPU:
+        return "cpu", f"CPU time limit ({cpu_seconds} s) exceeded"
+    if "MemoryError" in tail:
+        return "memory", f"the program exceeded the memory limit ({memory_mb} MiB)"
+    if returncode == -signal.SIGKILL:
+        return "crash", "the program was killed (SIGKILL), most likely for using too much memory"
+    if returncode == -signal.SIGXFSZ:
+        return "crash", f"the program wrote a file larger than {FILE_SIZE_LIMIT // 2**20} MiB and was killed"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:  # e.g. an exit status 200 read as 128 + 72: no such signal, so it was an exit
+            return "exit", f"the program exited (code {status}) without returning points"
+        return "crash", f"the program died from signal {name}" + (f" (exit status {status})" if status > 0 else "")
+    return "exit", f"the program exited (code {returncode}) without returning points"
+
+
+def parse_result(data: bytes, max_points: int = MAX_POINTS, max_bits: int = MAX_COORDINATE_BITS,
+                 dimension: int | None = None) -> dict:
     """Decode and schema-check the result pipe's bytes (untrusted: the program can write them).
 
-    Returns {"ok": True, "points": [[int]], "declared_dimension": int | None} or
-    {"ok": False, "kind": ..., "error": ...}; never raises.
+    Sized before parsing: at most one '[' per point plus a few, and one ',' per coordinate, so
+    `json.loads` never builds more than (max_points x dimension) Python objects, however the
+    bytes are nested. Returns {"ok": True, "points": [[int]], "declared_dimension": int | None}
+    or {"ok": False, "kind": ..., "error": ...}; never raises.
     """
     def bad(why: str) -> dict:
         return {"ok": False, "kind": "bad_points", "error": f"the result sent back is malformed: {why}"}
 
+    values = max_points * ((dimension or 64) + 1) + 64
+    if data.count(b"[") + data.count(b"{") > max_points + 16 or data.count(b",") > values:
+        return bad(f"more nested lists or values than {max_points:,} points of {dimension or 64} coordinates "
+                   "can hold; return at most that many points as a list of integer lists")
     try:
         payload = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # torn, forged, too deep, ints past 4300 digits
@@ -210,7 +280,8 @@ def parse_result(data: bytes, max_points: int = MAX_POINTS, max_bits: int = MAX_
         return bad('expected an object with a boolean "ok"')
     expected = RESULT_KEYS[payload["ok"]]
     if set(payload) != expected:
-        return bad(f"keys {sorted(map(str, payload))}, expected {sorted(expected)}")
+        names = sorted(str(k)[:40] for k in list(payload)[:20])
+        return bad(f"{len(payload)} keys {names}{' ...' if len(payload) > 20 else ''}, expected {sorted(expected)}")
     if not payload["ok"]:
         if payload["kind"] not in RUNNER_KINDS or not isinstance(payload["error"], str):
             return bad(f"unknown failure kind {str(payload['kind'])[:40]!r} or a non-text error")
@@ -218,28 +289,37 @@ def parse_result(data: bytes, max_points: int = MAX_POINTS, max_bits: int = MAX_
     declared = payload["declared_dimension"]
     if declared is not None and type(declared) is not int:
         return bad(f"the declared dimension is a {type(declared).__name__}, not an integer")
-    problem = check_points(payload["points"], max_points, max_bits)
+    problem = check_points(payload["points"], max_points, max_bits, dimension)
     if problem:
-        return {"ok": False, "kind": "bad_points", "error": problem}
+        return {"ok": False, "kind": problem[0], "error": problem[1]}
     return {"ok": True, "points": payload["points"], "declared_dimension": declared}
 
 
-def check_points(points, max_points: int = MAX_POINTS, max_bits: int = MAX_COORDINATE_BITS) -> str | None:
-    """Why decoded points are not a list of at most `max_points` lists of bounded ints, or None."""
+def check_points(points, max_points: int = MAX_POINTS, max_bits: int = MAX_COORDINATE_BITS,
+                 dimension: int | None = None) -> tuple[str, str] | None:
+    """(kind, why) when decoded points are not a list of at most `max_points` lists of `dimension`
+    bounded ints, else None. Row lengths are checked before any value is looked at."""
     if not isinstance(points, list):
-        return f"the points are a {type(points).__name__}; return a list of integer lists or an integer numpy array"
+        return "bad_points", (f"the points are a {type(points).__name__}; return a list of integer lists or an "
+                              "integer numpy array")
     if len(points) > max_points:
-        return f"{len(points)} points is more than the limit of {max_points:,}; return at most {max_points:,} points"
+        return "bad_points", (f"{len(points)} points is more than the limit of {max_points:,}; return at most "
+                              f"{max_points:,} points")
     for i, row in enumerate(points):
         if not isinstance(row, list):
-            return f"point {i} is a {type(row).__name__}, not a vector of integers"
+            return "bad_points", f"point {i} is a {type(row).__name__}, not a vector of integers"
+        if dimension is not None and len(row) != dimension:
+            return "invalid", (f"point {i} has {len(row)} coordinates: points have dimension {len(row)}, expected "
+                               f"{dimension}: every point needs exactly {dimension} integer coordinates")
+    for i, row in enumerate(points):
         for j, value in enumerate(row):
             if type(value) is not int:  # bool is a subclass of int: refused here by the exact type
                 what = {bool: "a boolean", float: "a float", str: "a string (not a number)"}.get(type(value),
                                                                                                type(value).__name__)
-                return (f"point {i}, coordinate {j}: {str(value)[:40]} is {what}, not an integer; coordinates must be "
-                        "Python ints or a numpy integer array (e.g. np.asarray(points, dtype=np.int64))")
+                return "bad_points", (f"point {i}, coordinate {j}: {str(value)[:40]} is {what}, not an integer; "
+                                      "coordinates must be Python ints or a numpy integer array (e.g. "
+                                      "np.asarray(points, dtype=np.int64))")
             if value.bit_length() > max_bits:
-                return (f"point {i}, coordinate {j} has {value.bit_length()} bits; the limit is {max_bits} bits "
-                        f"(|x| < 2^{max_bits}): use smaller integers")
+                return "bad_points", (f"point {i}, coordinate {j} has {value.bit_length()} bits; the limit is "
+                                      f"{max_bits} bits (|x| < 2^{max_bits}): use smaller integers")
     return None

@@ -27,6 +27,8 @@ from typing import Any, Callable, Protocol
 
 import httpx
 
+from hw3lib.kissing.messages import valid_unicode
+
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 """HTTP statuses worth another try: timeouts, rate limits, overloaded or restarting servers."""
 
@@ -212,6 +214,9 @@ class ChatClient:
     def chat(self, messages: list[dict], *, temperature: float | None = None, max_tokens: int | None = None,
              seed: int | None = None) -> ChatReply:
         """Send `messages` ([{role, content}]) and return the first choice with its usage and cost."""
+        # Text that reached the conversation from a program may hold lone surrogates: valid UTF-8 or no request.
+        messages = [{**m, "content": valid_unicode(m["content"])} if isinstance(m.get("content"), str) else m
+                    for m in messages]
         payload: dict[str, Any] = {"model": self.model, "messages": messages,
                                    "temperature": self.temperature if temperature is None else temperature}
         if self.top_p is not None:

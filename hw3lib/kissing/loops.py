@@ -46,6 +46,7 @@ from hw3lib.kissing.replies import NO_CODE_MESSAGE, Extraction, extract_python_c
 from hw3lib.kissing.report import write_report
 
 LOOPS = ("agentic", "best_of_n", "hybrid")
+POLISH_MAX_NORM_SQ = 5  # largest shell the hybrid loop polishes: |x|^2 = 5 has 15,224 vectors (~1.5 s to set up)
 PROMPTS_FILE = Path(__file__).with_name("prompts.md")
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +234,15 @@ def polish_candidate(recorder: RunRecorder, step: dict, *, dimension: int, time_
     points = program_points(recorder, step)
     if points is None:
         return {**base, "status": "skipped", "message": "skipped: the program's points were not saved"}
-    norm_sq = max(sum(int(c) * int(c) for c in p) for p in points)
+    # Magnitude cap before any arithmetic: the search enumerates the whole shell, and a shell past
+    # POLISH_MAX_NORM_SQ takes longer to build than the polish budget (|x|^2 = 10^6 never finishes).
+    largest = max((abs(int(c)) for p in points for c in p), default=0)
+    norm_sq = max(sum(int(c) * int(c) for c in p) for p in points) if largest <= POLISH_MAX_NORM_SQ else None
+    if norm_sq is None or norm_sq > POLISH_MAX_NORM_SQ:
+        return {**base, "status": "skipped", "initial_points": len(points),
+                "message": f"skipped: the local search polishes sets of squared norm at most {POLISH_MAX_NORM_SQ} "
+                           f"(this one: {'coordinates up to ' + str(largest) if norm_sq is None else norm_sq}); "
+                           "scale the set down to small integer coordinates to have it polished"}
     start = time.perf_counter()
     try:
         result = local_search(initial_points=points, norm_sq=norm_sq, seed=seed, iterations=iterations,

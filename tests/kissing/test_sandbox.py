@@ -1,4 +1,9 @@
-"""Hostile programs against the evaluator: one test per attack class of issue 14, under bubblewrap.
+"""Hostile programs against the evaluator: one test per attack class of issues 14 and 24, under bubblewrap.
+
+Issue 24's classes (at the end): key rings, inotify quotas, memory outside RLIMIT_AS, threads and
+ptrace of the sandbox's init -- the last three with the cgroup back end forced off
+(HW3_KISSING_CGROUP=off, a host without a usable cgroup) -- and what the parent does with whatever a
+program returns (long rows, nesting, many keys, any exit status, undecodable files, escapes).
 
 Each bubblewrap test asserts that the caller gets a result within the timeout plus a few
 seconds, that validity is 0 or the correctly verified score, that no process of the program
@@ -11,6 +16,7 @@ fallback cannot stop and assert that it gets through there, so the list in
 from __future__ import annotations
 
 import hashlib
+import shutil
 import json
 import os
 import re
@@ -73,7 +79,8 @@ def contained(source: str, outside: Path, token: str = "", timeout: float = TIME
     """Evaluate `source` under bubblewrap and assert the common containment properties."""
     before = package_hashes()
     start = time.monotonic()
-    metrics = evaluate_program(source, timeout_s=timeout, strict=True, **kwargs)
+    kwargs.setdefault("strict", True)
+    metrics = evaluate_program(source, timeout_s=timeout, **kwargs)
     elapsed = time.monotonic() - start
     assert elapsed < timeout + SLACK, f"the caller took {elapsed:.1f} s"
     assert metrics["sandbox"] == "bwrap"
@@ -353,7 +360,8 @@ def test_verification_denial_of_service_is_refused_or_bounded(outside):
     forged = contained("import os, sys\nos.write(int(sys.argv[1]), b'{\"ok\": true, \"declared_dimension\": 11, '"
                        "b'\"run_time\": 0, \"points\": [' + b','.join([b'[2,0,0,0,0,0,0,0,0,0,0]'] * 300_000) + b']}')\n"
                        "os._exit(0)\n", outside, timeout=10)
-    assert forged["status"] == "bad_points" and "limit of 10,000" in forged["message"]
+    # refused by its size before parsing, or by its count after
+    assert forged["status"] == "bad_points" and "10,000 points" in forged["message"], forged["message"]
     # 10,000 distinct 120-bit points (the slow exact path) finish or time out within the deadline.
     big = contained("import random\nrandom.seed(0)\ndef run_code():\n"
                     "    return [[random.getrandbits(120) for _ in range(11)] for _ in range(10_000)]\n",
@@ -367,8 +375,9 @@ def test_verification_denial_of_service_is_refused_or_bounded(outside):
      "True is a boolean"),
     (b'{"ok": true, "declared_dimension": 11, "run_time": 0, "points": [[2.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]}',
      "2.0 is a float"),
-    (b'{"ok": true, "declared_dimension": 11, "run_time": 0, "points": [[{"x": 1}]]}', "is dict"),
-    (b'[' * 200_000, "not one JSON document"),
+    (b'{"ok": true, "declared_dimension": 11, "run_time": 0, "points": [[{"x": 1}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]}',
+     "is dict"),
+    (b'[' * 200_000, "more nested lists"),
     (b'{"ok": false, "kind": "valid", "error": "all good"}', "unknown failure kind"),
     (b'{"ok": true, "points": [], "declared_dimension": 11, "run_time": 0, "score": 593}', "keys"),
     (b'{"ok": true, "points": [[1' + b'0' * 5000 + b']], "declared_dimension": 11, "run_time": 0}',
@@ -477,3 +486,285 @@ def test_cli_strict_refuses_without_bubblewrap_and_runs_with_it(tmp_path, monkey
         monkeypatch.setenv(sb.MODE_ENV, "auto")
         ran = CliRunner().invoke(app, ["kissing", "evaluate", str(program), "--strict", "--timeout", "10"])
         assert ran.exit_code == 0 and '"sandbox": "bwrap"' in ran.output and '"combined_score": 22.0' in ran.output
+
+
+# --- Issue 24: kernel state shared with the host, hosts without a cgroup, a parent that never fails. ---
+
+LIBC_PROBE = ("import ctypes, os\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              "def call(name, *args):\n"
+              "    result = getattr(libc, name)(*args)\n"
+              "    return 'ok' if result >= 0 else os.strerror(ctypes.get_errno())\n")
+
+
+def proc_keys() -> set[tuple[str, str]]:
+    """(id, description) of every key this process can see."""
+    return {(line.split()[0], line.split(None, 8)[-1]) for line in Path("/proc/keys").read_text().splitlines()}
+
+
+@pytest.fixture
+def no_cgroup(monkeypatch):
+    """A host without a usable cgroup: the cgroup back end forced off."""
+    monkeypatch.setenv("HW3_KISSING_CGROUP", "off")
+
+
+@needs_bwrap
+def test_key_rings_are_unreachable_and_nothing_is_left_behind(outside):
+    libc = __import__("ctypes").CDLL(None, use_errno=True)
+    secret = b"hw3-secret-" + uuid.uuid4().hex.encode()
+    description = b"hw3test_" + uuid.uuid4().hex.encode()
+    key = libc.syscall(248, b"user", description, secret, len(secret), -3)  # add_key to our session keyring
+    assert key > 0, "the test could not add its own key"
+    before = proc_keys()
+    source = LIBC_PROBE + (
+        "keys = open('/proc/keys').read()\n"
+        f"report = ['read session: ' + call('syscall', 250, 11, -3, None, 0),\n"  # keyctl READ
+        f"          'read key: ' + call('syscall', 250, 11, {key}, None, 0),\n"
+        "          'link root user keyring: ' + call('syscall', 250, 8, -4, -3),\n"  # keyctl LINK
+        "          'add_key: ' + call('syscall', 248, b'user', b'left-behind', b'x', 1, -4),\n"
+        "          'visible: ' + str(keys.count('\\n'))]\n"
+        "raise RuntimeError('KEYS ' + '; '.join(report) + ' ' + keys)\n")
+    try:
+        metrics = contained(source, outside)
+        assert metrics["status"] == "exception" and "KEYS" in metrics["message"], metrics["message"]
+        assert metrics["message"].count("Operation not permitted") == 4, metrics["message"]
+        assert secret.decode() not in metrics["message"] and description.decode() not in metrics["message"]
+        deadline = time.monotonic() + 10  # the kernel collects the launcher's released session keyring lazily
+        while proc_keys() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not proc_keys() - before, "a key was left behind on the host"
+        buffer = __import__("ctypes").create_string_buffer(256)
+        assert libc.syscall(250, 11, key, buffer, 256) == len(secret) and buffer.raw[:len(secret)] == secret
+    finally:
+        libc.syscall(250, 3, key)  # keyctl REVOKE: the test's own key
+
+
+@needs_bwrap
+def test_inotify_instances_cannot_be_taken_from_the_host(outside):
+    source = LIBC_PROBE + (
+        "taken, last = 0, 'ok'\n"
+        "for _ in range(200):\n"
+        "    last = call('inotify_init1', 0)\n"
+        "    if last != 'ok':\n"
+        "        break\n"
+        "    taken += 1\n"
+        "raise RuntimeError(f'INOTIFY {taken} {last}')\n")
+    metrics = contained(source, outside)
+    assert "INOTIFY 0 Operation not permitted" in metrics["message"], metrics["message"]
+    libc = __import__("ctypes").CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    assert fd >= 0, "the host cannot create inotify instances after the evaluation"
+    os.close(fd)
+
+
+def shmem_kib() -> int:
+    """Host memory held by tmpfs, SysV and memfd pages (/proc/meminfo Shmem)."""
+    line = next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("Shmem:"))
+    return int(line.split()[1])
+
+
+@needs_bwrap
+def test_memory_outside_rlimit_as_is_bounded_without_a_cgroup(outside, no_cgroup):
+    before = shmem_kib()
+    source = LIBC_PROBE + (
+        "import mmap\n"
+        "shm = 0\n"
+        "try:\n"
+        "    with open('/dev/shm/fill', 'wb') as handle:\n"
+        "        for _ in range(16):\n"
+        "            handle.write(bytes(4 * 2**20))\n"
+        "            handle.flush()\n"
+        "            shm += 4 * 2**20\n"
+        "except OSError as exc:\n"
+        "    shm_error = str(exc)\n"
+        "report = [f'shm {shm}', 'memfd: ' + call('memfd_create', b'x', 0),\n"
+        "          'sysv: ' + call('shmget', 0, 64 * 2**20, 0o1600), 'mq: ' + call('syscall', 240, b'/q', 0o102, 0o600, None)]\n"
+        "try:\n"
+        "    open('/dev/new', 'w')\n"
+        "except OSError as exc:\n"
+        "    report.append(f'dev: {exc.strerror}')\n"
+        "raise RuntimeError('MEMORY ' + '; '.join(report))\n")
+    with pytest.warns(sb.SandboxWarning, match="total memory"):
+        metrics = contained(source, outside, strict=False)
+    message = metrics["message"]
+    shm = int(re.search(r"MEMORY shm (\d+)", message).group(1))
+    assert shm <= sb.SHM_BYTES, message  # /dev/shm is a sized tmpfs
+    assert "memfd: Operation not permitted" in message and "sysv: Operation not permitted" in message
+    assert "mq: Operation not permitted" in message and "dev: Read-only file system" in message
+    assert shmem_kib() - before < 32 * 1024, "shared memory stayed allocated after the evaluation"
+
+
+@needs_bwrap
+def test_threads_are_capped_without_a_cgroup(outside, no_cgroup):
+    token = "hw3tok" + uuid.uuid4().hex
+    source = (
+        "import threading, time, subprocess, sys\n"
+        f"subprocess.Popen(['/bin/sleep', '60', {token!r}], start_new_session=True)\n"
+        "started = 0\n"
+        "try:\n"
+        "    for _ in range(400):\n"
+        "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "        started += 1\n"
+        "except RuntimeError as exc:\n"
+        "    pass\n"
+        "raise SystemError(f'THREADS {started}')\n")
+    state = sb.containment()
+    if not state.process_cap:  # root where no uid but root can run the program: strict must refuse
+        with pytest.raises(sb.SandboxUnavailable, match="number of processes"):
+            evaluate_program(source, timeout_s=TIMEOUT, strict=True)
+        return
+    with pytest.warns(sb.SandboxWarning, match="total memory"):
+        metrics = contained(source, outside, token, strict=False)
+    started = int(re.search(r"THREADS (\d+)", metrics["message"]).group(1))
+    assert started < sb.MAX_PROCESSES, metrics["message"]
+
+
+@needs_bwrap
+def test_ptrace_of_the_sandbox_init_is_denied_and_the_init_dies_after_a_valid_score(outside, no_cgroup):
+    token = "hw3tok" + uuid.uuid4().hex
+    source = STARTER + LIBC_PROBE + (
+        "import subprocess, sys\n"
+        f"subprocess.Popen(['/bin/sleep', '60', {token!r}], start_new_session=True)\n"
+        "attach = call('ptrace', 16, 1, None, None)\n"  # PTRACE_ATTACH to bubblewrap's init
+        "vm = call('process_vm_readv', 1, None, 0, None, 0, 0)\n"
+        "def run_code():\n"
+        "    if attach != 'Operation not permitted' or vm != 'Operation not permitted':\n"
+        "        raise RuntimeError(f'PTRACE {attach} {vm}')\n"
+        "    return starter()\n")
+    with pytest.warns(sb.SandboxWarning):
+        metrics = contained(source, outside, token, strict=False)
+    assert metrics["status"] == "valid" and metrics["combined_score"] == 22.0, metrics["message"]
+
+
+def test_strict_refuses_a_host_with_neither_memory_nor_process_caps(monkeypatch, no_cgroup):
+    monkeypatch.setenv(sb.UID_ENV, "root")  # as root, keep the program at host uid 0: RLIMIT_NPROC cannot bind
+    program = STARTER + "def run_code():\n    return starter()\n"
+    state = sb.containment()
+    assert state.cgroup == "" and not state.memory_cap
+    if os.geteuid() != 0:  # a non-root user's sandbox uid is not root: RLIMIT_NPROC caps it
+        assert state.process_cap
+        return
+    assert not state.process_cap
+    with pytest.raises(sb.SandboxUnavailable, match="total memory.*number of processes"):
+        evaluate_program(program, timeout_s=10, strict=True)
+    if sb.bwrap_available():
+        with pytest.warns(sb.SandboxWarning, match="total memory.*number of processes"):
+            metrics = evaluate_program(program, timeout_s=10)
+        assert metrics["status"] == "valid"
+
+
+def test_the_host_uid_is_not_root_where_a_user_namespace_can_be_made():
+    state = sb.containment()
+    assert state.seccomp == "", state.seccomp  # pyseccomp and libseccomp are dependencies
+    if os.geteuid() == 0 and sb.bwrap_available() and shutil.which("unshare") and shutil.which("setpriv"):
+        assert state.host_uid == sb.HOST_UID and state.process_cap
+
+
+# --- The parent, on whatever a program returns. ---
+
+def forge(payload: bytes) -> str:
+    return f"import os, sys\nos.write(int(sys.argv[1]), {payload!r})\nos._exit(0)\n"
+
+
+@needs_bwrap
+def test_a_very_long_row_is_refused_before_any_arithmetic(outside):
+    row = b"[" + b",".join([b"2"] * 2_000_000) + b"]"
+    metrics = contained("import os, sys\nrow = b'[' + b','.join([b'2'] * 2_000_000) + b']'\n"
+                        "os.write(int(sys.argv[1]), b'{\"ok\": true, \"declared_dimension\": 11, \"run_time\": 0, '"
+                        "b'\"points\": [' + row + b']}')\nos._exit(0)\n", outside)
+    assert metrics["status"] == "bad_points" and metrics["eval_time"] < TIMEOUT, metrics
+    assert len(row) > 0
+    short = contained(forge(b'{"ok": true, "declared_dimension": 11, "run_time": 0, "points": [[2, 0, 0]]}'), outside)
+    assert short["status"] == "invalid" and "dimension 3, expected 11" in short["message"]
+
+
+@needs_bwrap
+def test_nested_brackets_and_many_keys_stay_small(outside):
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    nested = contained("import os, sys\nos.write(int(sys.argv[1]), b'{\"ok\": true, \"points\": [' + b'[],' * 1_500_000"
+                       " + b'[]], \"declared_dimension\": 11, \"run_time\": 0}')\nos._exit(0)\n", outside)
+    assert nested["status"] == "bad_points" and "more nested lists" in nested["message"]
+    keys = contained("import json, os, sys\npayload = {'ok': False, 'kind': 'exception', 'error': 'x'}\n"
+                     "payload.update({f'k{i}': 0 for i in range(50_000)})\n"
+                     "os.write(int(sys.argv[1]), json.dumps(payload).encode())\nos._exit(0)\n", outside)
+    assert keys["status"] == "bad_points" and "50003 keys" in keys["message"]
+    assert len(keys["message"]) < 2000, len(keys["message"])
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+    assert grown_mib < 200, f"the parent's peak memory grew by {grown_mib:.0f} MiB"
+
+
+@needs_bwrap
+def test_any_exit_status_is_a_result(outside):
+    for status in (200, 255, 129):
+        metrics = contained(f"import os\nos._exit({status})\n", outside)
+        assert metrics["validity"] == 0.0 and metrics["status"] in ("exit", "crash"), metrics
+        assert str(status) in metrics["message"] or "signal" in metrics["message"], metrics["message"]
+
+
+@needs_bwrap
+def test_a_program_file_that_is_not_utf8_gets_a_clear_result(outside, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("programs")
+    program = tmp_path / "latin1.py"
+    program.write_bytes(b"name = 'caf\xe9'\npoints = [[2] + [0] * 10]\n")
+    metrics = contained(str(program), outside)
+    assert metrics["status"] == "exception" and "not valid UTF-8" in metrics["message"] and "0xe9" in metrics["message"]
+    declared = tmp_path / "declared.py"  # the same bytes with a coding line: Python reads them
+    declared.write_bytes(b"# -*- coding: latin-1 -*-\n" + program.read_bytes())
+    assert evaluate_program(declared, timeout_s=TIMEOUT, strict=True)["status"] == "valid"
+
+
+ESCAPES = "\\x1b[2J\\x1b[31mred\\x1b]0;owned\\x07\\r\\x00 \\udc80 end"
+
+
+@needs_bwrap
+def test_escape_sequences_and_surrogates_never_leave_the_evaluator(outside, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("programs")
+    source = f"raise RuntimeError('ERR {ESCAPES}')\n"
+    metrics = contained(source, outside)
+    message = metrics["message"]
+    assert "ERR" in message and "end" in message
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", message), repr(message)
+    message.encode("utf-8")  # valid UTF-8: no lone surrogate
+    json.dumps(metrics, ensure_ascii=False).encode("utf-8")
+
+    from typer.testing import CliRunner
+
+    from hw3lib.cli import app
+
+    program = tmp_path / "escapes.py"
+    program.write_text(source)
+    shown = CliRunner().invoke(app, ["kissing", "evaluate", str(program), "--timeout", str(TIMEOUT)])
+    assert shown.exit_code == 0 and "ERR" in shown.output and "\x1b" not in shown.output, shown.output
+
+
+def test_the_llm_client_sends_valid_utf8_whatever_a_message_holds():
+    import httpx
+
+    from hw3lib.kissing.llm import ChatClient
+
+    bodies = []
+
+    def answer(request):
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]})
+
+    client = ChatClient("http://llm.invalid/v1", "m", transport=httpx.MockTransport(answer))
+    reply = client.chat([{"role": "user", "content": "error: \udc80 in the program"}])
+    assert reply.content == "ok" and bodies[0]["messages"][0]["content"] == "error: \ufffd in the program"
+
+
+def test_polishing_large_coordinates_is_refused_at_once(tmp_path):
+    from types import SimpleNamespace
+
+    from hw3lib.kissing.loops import polish_candidate
+
+    (tmp_path / "candidates").mkdir()
+    points = [[1000 * s if j == i else 0 for j in range(11)] for i in range(11) for s in (1, -1)]
+    (tmp_path / "candidates" / "iter_001_points.json").write_text(json.dumps({"points": points}))
+    step = {"iteration": 1, "evaluation": {"validity": 1.0, "combined_score": 22.0}}
+    start = time.monotonic()
+    polish = polish_candidate(SimpleNamespace(run_dir=tmp_path), step, dimension=11, time_limit_s=2.0, seed=0)
+    assert time.monotonic() - start < 2.0
+    assert polish["status"] == "skipped" and "squared norm at most 5" in polish["message"], polish
