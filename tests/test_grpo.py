@@ -153,7 +153,8 @@ def test_policy_gradient_loss_dispatch_and_errors():
         "grpo_clip": compute_grpo_clip_loss(adv, log_probs, old, 0.2)[0],
         "grpo_no_clip": compute_grpo_no_clip_loss(adv, log_probs, old)[0],
     }
-    assert set(cases) == set(LOSS_TYPES)
+    # (the variants beyond the handouts: tests/maths/test_grpo_variants.py)
+    assert set(cases) == set(LOSS_TYPES) - {"dapo_clip", "gspo", "cispo"}
     for loss_type, expected in cases.items():
         loss, _ = compute_policy_gradient_loss(log_probs, loss_type, raw_rewards=raw, advantages=adv,
                                                old_log_probs=old, cliprange=0.2)
@@ -255,7 +256,7 @@ def test_microbatch_gradcheck_float64_constant_normalization_and_empty_rows():
         per_sequence = masked_mean(per_token, mask, dim=-1)  # NaN on the empty row...
         return torch.where(mask.bool().any(-1), per_sequence, 0.0).mean() / 2  # ...which the step guards
 
-    for normalization in LENGTH_NORMALIZATIONS:
+    for normalization in ("masked_mean", "constant"):  # the handouts'; token_mean: tests/maths/test_grpo_variants.py
         assert torch.autograd.gradcheck(lambda lp: composed(lp, normalization), (log_probs,))
         probe = log_probs.detach().clone().requires_grad_()
         if normalization == "masked_mean":  # the course function itself: NaN, as the reference's 0/0
@@ -290,15 +291,17 @@ def test_microbatch_all_responses_empty_follows_the_reference():
 def test_loss_table_is_the_one_source():
     import hw3lib.grpo.config as train_config
 
-    assert LOSS_TYPES == tuple(LOSS_INPUTS) == ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
-    assert RATIO_LOSSES == ("grpo_clip", "grpo_no_clip")
-    assert LENGTH_NORMALIZATIONS == ("masked_mean", "constant")
+    # the handouts' four, then the variants beyond them (DAPO, GSPO, CISPO)
+    assert LOSS_TYPES == tuple(LOSS_INPUTS) == ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip",
+                                                "dapo_clip", "gspo", "cispo")
+    assert RATIO_LOSSES == ("grpo_clip", "grpo_no_clip", "dapo_clip", "gspo", "cispo")
+    assert LENGTH_NORMALIZATIONS == ("masked_mean", "constant", "token_mean")
     # the config re-exports the very same objects instead of defining its own
     assert train_config.LOSS_TYPES is LOSS_TYPES and train_config.RATIO_LOSSES is RATIO_LOSSES
     assert train_config.LENGTH_NORMALIZATIONS is LENGTH_NORMALIZATIONS
     # every loss type accepts exactly the inputs its table row names, and needs each of them
-    full = {"raw_rewards": torch.ones(2, 1), "advantages": torch.ones(2, 1),
-            "old_log_probs": torch.zeros(2, 3), "cliprange": 0.2}
+    full = {"raw_rewards": torch.ones(2, 1), "advantages": torch.ones(2, 1), "old_log_probs": torch.zeros(2, 3),
+            "cliprange": 0.2, "clip_low": 0.2, "clip_high": 0.28, "response_mask": torch.ones(2, 3)}
     for loss_type, inputs in LOSS_INPUTS.items():
         compute_policy_gradient_loss(torch.zeros(2, 3), loss_type, **{k: full[k] for k in inputs})
         for name in inputs:

@@ -29,7 +29,9 @@ def train_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete runs/<name>'s previous outputs (metrics, "
                                    "samples, checkpoints) and start over."),
     name: Optional[str] = typer.Option(None, help="Run name (default: the profile's, e.g. grpo_smoke)."),
-    loss_type: Optional[str] = typer.Option(None, help="no_baseline, reinforce_with_baseline, grpo_clip, grpo_no_clip."),
+    loss_type: Optional[str] = typer.Option(None, help="no_baseline, reinforce_with_baseline, grpo_clip, grpo_no_clip "
+                                            "(beyond the handouts: dapo_clip, gspo, cispo; their clip_low/clip_high "
+                                            "via --set)."),
     learning_rate: Optional[float] = typer.Option(None, help="AdamW learning rate (default: the profile's)."),
     eval_every: Optional[int] = typer.Option(None, min=1, help="Validate every this many GRPO steps."),
     seed: Optional[int] = typer.Option(None, help="Seed (default: the profile's)."),

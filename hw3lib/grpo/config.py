@@ -10,6 +10,11 @@ A "GRPO step" is one rollout batch: `rollout_batch_size` responses (`group_size`
 followed by `epochs_per_rollout_batch` passes over them in optimizer steps of `train_batch_size`
 responses, each accumulated over `gradient_accumulation_steps` microbatches. The course's sanity
 checks run in `__post_init__` and say which values clash.
+
+Beyond the handouts (all off by default): the loss types `dapo_clip`, `gspo`, `cispo` with their
+asymmetric trust region (`clip_low`, `clip_high`), the `token_mean` length normalization, masked
+importance sampling (`mis`, `mis_low`, `mis_high`), and named recipes (`ALGORITHMS`: grpo, dr_grpo,
+dapo, gspo, cispo) applied with `cfg.with_algorithm(name)`, which records `algorithm=name`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Loss types, which of them need old log-probs (RATIO_LOSSES) and length normalizations: one table, in grpo.
-from hw3lib.maths.grpo import LENGTH_NORMALIZATIONS, LOSS_TYPES, RATIO_LOSSES  # noqa: F401 -- re-exported
+from hw3lib.maths.grpo import (LENGTH_NORMALIZATIONS, LOSS_INPUTS, LOSS_TYPES, MIS_LEVELS,  # noqa: F401 -- re-exported
+                               RATIO_LOSSES)
 
 from hw3lib.core.config import BUILTIN_DATASETS, ENGINES, RolloutRunConfig  # noqa: F401 -- re-exported
 from hw3lib.tasks.prompt_table import PROMPTS  # noqa: F401 -- re-exported
@@ -46,7 +52,8 @@ class GRPOConfig(RolloutRunConfig):
     """Passes over each rollout batch (> 1 is off-policy); `train_batch_size` < `rollout_batch_size` is
     off-policy after the first optimizer step too."""
     loss_type: str = "reinforce_with_baseline"
-    """`no_baseline`, `reinforce_with_baseline`, `grpo_clip` or `grpo_no_clip` (hw3lib.maths.grpo)."""
+    """`no_baseline`, `reinforce_with_baseline`, `grpo_clip` or `grpo_no_clip` (hw3lib.maths.grpo); beyond the
+    handouts `dapo_clip`, `gspo` or `cispo` (their trust region: `clip_low`, `clip_high`)."""
     use_std_normalization: bool = True
     """Divide group-centred rewards by the group's std (+ advantage_eps)."""
     advantage_eps: float = 1e-6
@@ -54,11 +61,31 @@ class GRPOConfig(RolloutRunConfig):
     tis_cap: float | None = None
     """Truncated importance sampling against the engine/trainer mismatch: each token's loss is weighted
     by min(pi_trainer / pi_engine, tis_cap) at the sampling weights (hw3lib.grpo.step). None: off.
-    The mismatch itself is always logged (`train/logprob_mismatch_*`)."""
+    The mismatch itself is always logged (`train/logprob_mismatch_*`, `train/mismatch_kl`)."""
+    mis: str | None = None
+    """Beyond the handouts: masked importance sampling against the same mismatch. `token` drops the tokens,
+    `sequence` the whole responses, whose ratio pi_trainer / pi_engine leaves [mis_low, mis_high]
+    (hw3lib.grpo.step). None: off (the handouts do not use it). Turn it on when `train/mismatch_kl`
+    grows or spikes (bf16 rollouts, long responses, MoE models); it combines with tis_cap."""
+    mis_low: float | None = None
+    """Lower end of MIS's band, in [0, 1); None: 0.5."""
+    mis_high: float | None = None
+    """Upper end of MIS's band, > 1; None: 2.0."""
+    algorithm: str | None = None
+    """Beyond the handouts: the name of a recipe in `ALGORITHMS` (`grpo`, `dr_grpo`, `dapo`, `gspo`, `cispo`)
+    whose settings this config holds -- checked, not applied: build one with `GRPOConfig.with_algorithm`.
+    None: no named recipe (the fields say what runs)."""
     cliprange: float = 0.2
     """Trust region of grpo_clip: the ratio is clipped to [1 - cliprange, 1 + cliprange]."""
+    clip_low: float | None = None
+    """Beyond the handouts: the lower width of `dapo_clip`'s, `gspo`'s and `cispo`'s trust region, whose
+    ratio is clipped below at 1 - clip_low (in (0, 1]; 1: no lower bound, CISPO's choice). None: cliprange."""
+    clip_high: float | None = None
+    """Beyond the handouts: the upper width of that trust region, 1 + clip_high. DAPO's clip-higher is
+    clip_low=0.2, clip_high=0.28; GSPO's sequence ratios need far narrower widths (3e-4, 4e-4). None: cliprange."""
     length_normalization: str = "masked_mean"
-    """`masked_mean` (divide by each response's length) or `constant` (divide by `length_normalization_constant`)."""
+    """`masked_mean` (divide by each response's length) or `constant` (divide by `length_normalization_constant`);
+    beyond the handouts `token_mean` (DAPO: divide by the response tokens of the whole optimizer step)."""
     length_normalization_constant: float | None = None
     """Normalizer of `constant` length normalization; None: `sampling_max_tokens`."""
 
@@ -124,16 +151,87 @@ class GRPOConfig(RolloutRunConfig):
              f"tis_cap={self.tis_cap} must be >= 1 (or None: off); 2 is a common choice")
         need(self.cliprange > 0, f"cliprange={self.cliprange} must be > 0")
         need(self.lr_warmup_steps >= 0, f"lr_warmup_steps={self.lr_warmup_steps} must be >= 0")
+        self._check_beyond_the_handouts()
+
+    def _check_beyond_the_handouts(self) -> None:
+        """Checks of the options the handouts do not have (asymmetric clipping, MIS, named recipes)."""
+        need = self._need
+        need(self.clip_low is None or 0 < self.clip_low <= 1,
+             f"clip_low={self.clip_low} must be in (0, 1] (the ratio is clipped below at 1 - clip_low; "
+             "1: no lower bound), or None: cliprange")
+        need(self.clip_high is None or self.clip_high > 0, f"clip_high={self.clip_high} must be > 0 (or None)")
+        for name in ("clip_low", "clip_high"):
+            need(getattr(self, name) is None or name in LOSS_INPUTS[self.loss_type],
+                 f"{name}={getattr(self, name)} has no effect with loss_type={self.loss_type!r} (whose trust region "
+                 f"is cliprange, if any): use one of dapo_clip, gspo, cispo, or leave {name}=None")
+        need(self.mis is None or self.mis in MIS_LEVELS,
+             f"mis={self.mis!r}: choose one of {', '.join(MIS_LEVELS)} (or None: off)")
+        need(self.mis_low is None or 0 <= self.mis_low < 1, f"mis_low={self.mis_low} must be in [0, 1) (or None)")
+        need(self.mis_high is None or self.mis_high > 1, f"mis_high={self.mis_high} must be > 1 (or None)")
+        need(self.mis is not None or (self.mis_low is None and self.mis_high is None),
+             f"mis_low={self.mis_low}, mis_high={self.mis_high} set but mis=None: set mis='token' or 'sequence'")
+        need(self.algorithm is None or self.algorithm in ALGORITHMS,
+             f"algorithm={self.algorithm!r}: choose one of {', '.join(ALGORITHMS)} (or None)")
+        if self.algorithm is not None:
+            clashes = [f"{key}={getattr(self, key)!r} (the recipe has {value!r})"
+                       for key, value in ALGORITHMS[self.algorithm].items() if getattr(self, key) != value]
+            need(not clashes, f"algorithm={self.algorithm!r} does not hold: {', '.join(clashes)}; build it with "
+                              f"GRPOConfig.with_algorithm({self.algorithm!r}) or set algorithm=None")
 
     # --- convenience ------------------------------------------------------------------------------
     @property
     def needs_old_log_probs(self) -> bool:
-        """Old log-probs are computed (once per rollout batch) only for ratio losses (or TIS) trained off-policy.
+        """Old log-probs are computed (once per rollout batch) only for ratio losses (or TIS, MIS) trained off-policy.
 
         On-policy, the sampling policy *is* the current one, so its log-probs are the current
         log-probs detached (ratio exactly 1) and the extra forward pass is skipped.
         """
-        return (self.loss_type in RATIO_LOSSES or self.tis_cap is not None) and self.off_policy
+        mismatch_correction = self.tis_cap is not None or self.mis is not None
+        return (self.loss_type in RATIO_LOSSES or mismatch_correction) and self.off_policy
+
+    @property
+    def clip_bounds(self) -> tuple[float, float]:
+        """`(clip_low, clip_high)` of the asymmetric trust region, each defaulting to cliprange."""
+        return (self.cliprange if self.clip_low is None else self.clip_low,
+                self.cliprange if self.clip_high is None else self.clip_high)
+
+    @property
+    def mis_bounds(self) -> tuple[float, float]:
+        """`(mis_low, mis_high)`: MIS's band on the ratio pi_trainer / pi_engine, defaults filled in."""
+        return (MIS_DEFAULT_BAND[0] if self.mis_low is None else self.mis_low,
+                MIS_DEFAULT_BAND[1] if self.mis_high is None else self.mis_high)
+
+    def with_algorithm(self, name: str) -> "GRPOConfig":
+        """This config with the recipe `ALGORITHMS[name]` applied (and `algorithm=name` recorded)."""
+        if name not in ALGORITHMS:
+            raise ValueError(f"GRPOConfig: algorithm={name!r}: choose one of {', '.join(ALGORITHMS)}")
+        return self.replace(algorithm=name, **ALGORITHMS[name])
+
+
+# MIS's default band: a token (or sequence) the engine and the trainer score more than 2x apart is dropped.
+MIS_DEFAULT_BAND = (0.5, 2.0)
+
+# Named recipes (beyond the handouts): the settings that make each algorithm, on top of any config
+# (`GRPOConfig.with_algorithm(name)`). Each pins every field its paper changes, so the recipes compare
+# like with like from the same base.
+ALGORITHMS: dict[str, dict] = {
+    # GRPO as in the course's clipped objective: std-normalized advantages, each response's own length.
+    "grpo": {"loss_type": "grpo_clip", "use_std_normalization": True, "length_normalization": "masked_mean",
+             "clip_low": None, "clip_high": None},
+    # Dr. GRPO (Liu et al., 2025): no std scaling, and a constant normalizer (the generation budget:
+    # length_normalization_constant=None) instead of each response's length -- the two biases it removes.
+    "dr_grpo": {"loss_type": "grpo_clip", "use_std_normalization": False, "length_normalization": "constant",
+                "length_normalization_constant": None, "clip_low": None, "clip_high": None},
+    # DAPO (Yu et al., 2025): clip-higher and the token-level mean over the optimizer step.
+    "dapo": {"loss_type": "dapo_clip", "use_std_normalization": True, "length_normalization": "token_mean",
+             "clip_low": 0.2, "clip_high": 0.28},
+    # GSPO (Zheng et al., 2025): sequence-level ratio and clipping; the paper's widths.
+    "gspo": {"loss_type": "gspo", "use_std_normalization": True, "length_normalization": "masked_mean",
+             "clip_low": 3e-4, "clip_high": 4e-4},
+    # CISPO (MiniMax-M1, 2025): clipped stop-gradient weights, no lower bound (clip_low=1), token-level mean.
+    "cispo": {"loss_type": "cispo", "use_std_normalization": True, "length_normalization": "token_mean",
+              "clip_low": 1.0, "clip_high": 0.28},
+}
 
 
 # The smoke profile: GRPO visibly learning on 2 CPU cores within minutes (tuned by hand; see the
@@ -176,6 +274,7 @@ _SMOKE = {
     "lr_warmup_steps": 10,
     "eval_every": 10,
     "n_eval_examples": 256,
+    "eval_temperature": 0.0,  # greedy: 256 questions sampled at T=1 would add ~3 points of noise per curve point
     "checkpoint_every": 20,
 }
 GRPOConfig._SMOKE = _SMOKE

@@ -17,10 +17,13 @@ Variant implemented (see hw3lib.maths.grpo for the maths, hw3lib.grpo.step for t
 - **Loss:** `no_baseline`, `reinforce_with_baseline`, `grpo_clip` or `grpo_no_clip`, per token,
   then per sequence by `masked_mean` (each response's own length) or `constant` (the generation
   budget, Dr. GRPO); optionally weighted per token by truncated importance sampling (`tis_cap`).
+  Beyond the handouts: `dapo_clip`, `gspo`, `cispo`, the `token_mean` normalization and masked
+  importance sampling (`mis`); named recipes in hw3lib.grpo.config.ALGORITHMS.
 - **Temperature-correct log-probs.** Every log-prob of a rollout (training, old, reference, the
   entropy) is taken from softmax(logits / sampling_temperature), the distribution the engine
   sampled from; the engine's own log-probs are kept with each rollout and the engine/trainer
-  mismatch is logged per step (`train/logprob_mismatch_mean_abs`, `..._max_ratio`).
+  mismatch is logged per step (`train/logprob_mismatch_mean_abs`, `..._max_ratio`, and the mismatch
+  KL(pi_engine || pi_trainer), `train/mismatch_kl` (k3) and `train/mismatch_kl_k1`).
 - **Old log-probs** are computed once per rollout batch, under `torch.inference_mode()`, only
   when the policy changes between sampling and a gradient step of a ratio loss (or TIS). On-policy
   the sampling policy *is* the current one, so the current log-probs, detached, serve as old
@@ -36,8 +39,12 @@ Variant implemented (see hw3lib.maths.grpo for the maths, hw3lib.grpo.step for t
 - **Weight sync:** after all optimizer steps of a rollout batch (before the next generation). A
   colocated vLLM engine sleeps during training where sleep mode exists (GPU).
 - **Validation:** every `eval_every` steps (and before the first and after the last) on held-out
-  questions with `eval_temperature` (default 0: greedy, a deterministic low-variance estimate),
+  questions with `eval_temperature` (default 1.0, the courses' setting; the smoke profile uses 0, greedy),
   a few example rollouts saved to `samples/step_XXXX.jsonl`.
+
+**Health warnings** (hw3lib.grpo.health): the truncated-rollout fraction, the zero-variance-group
+fraction and the mismatch KL are logged every step; the first time one crosses its threshold the
+loop prints a warning with the fix (once per run).
 
 Outputs in `runs/<name>/`: `config.json`, `metrics.jsonl` (one row per optimizer step, plus one
 row per validation; flat names `train/...`, `eval/...`, `time/...`), `samples/`, and
@@ -69,12 +76,15 @@ from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_sour
 from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.evaluation.validate import validate
 from hw3lib.grpo.config import GRPOConfig
+from hw3lib.grpo.health import health_warnings
 from hw3lib.grpo.step import logprob_mismatch, optimizer_step
-from hw3lib.maths.grpo import LOSS_INPUTS, RATIO_LOSSES, compute_group_normalized_rewards
+from hw3lib.maths.grpo import CLIP_LOSSES, RATIO_LOSSES, compute_group_normalized_rewards
 from hw3lib.maths.logprobs import batched_log_probs, pack_rollouts
 from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
 
 STOPPED_FILE = "stopped.json"  # written by `stop_when`: {"grpo_step", "reason"}
+# hw3lib.grpo.step.logprob_mismatch's sums, in its order (optimizer_step returns them as `mismatch_<key>`).
+MISMATCH_KEYS = ("abs", "tokens", "max_ratio", "kl_k1", "kl_k3")
 
 
 def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
@@ -243,6 +253,7 @@ class GRPOLearner(TrainingRun):
         from hw3lib.models.load import initial_policy_source, load_model_and_tokenizer
 
         self.eval_records, self.callback = eval_records, callback
+        self.warned: set[str] = set()  # the health checks (hw3lib.grpo.health) that have warned in this process
         self.reward_fn = reward_fn_for(cfg.prompt)
         self.initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
         # float32 master weights whatever cfg.dtype says: the low precision is autocast's (hw3lib.grpo.step).
@@ -319,8 +330,7 @@ class GRPOLearner(TrainingRun):
                     print(f"  step {step_number}: non-finite loss {stats['loss']} or grad norm "
                           f"{stats['grad_norm']}; update skipped", flush=True)
                 if measure_mismatch:
-                    mismatch = {"abs": stats["mismatch_abs"], "tokens": stats["mismatch_tokens"],
-                                "max_ratio": stats["mismatch_max_ratio"]}
+                    mismatch = {key: stats[f"mismatch_{key}"] for key in MISMATCH_KEYS}
                 self.state["optimizer_step"] = step_number
                 row = self.step_row(stats, grpo_step, epoch, ref_log_probs is not None, rollout_stats)
                 first_row = not rows
@@ -330,9 +340,12 @@ class GRPOLearner(TrainingRun):
                             "time/train_s": time.perf_counter() - started, "time/weight_sync_s": 0.0})
                 rows.append(row)
         if mismatch is not None:
+            tokens = max(mismatch["tokens"], 1.0)
             for row in rows:
-                row["train/logprob_mismatch_mean_abs"] = mismatch["abs"] / max(mismatch["tokens"], 1.0)
+                row["train/logprob_mismatch_mean_abs"] = mismatch["abs"] / tokens
                 row["train/logprob_mismatch_max_ratio"] = mismatch["max_ratio"]
+                row["train/mismatch_kl"] = mismatch["kl_k3"] / tokens
+                row["train/mismatch_kl_k1"] = mismatch["kl_k1"] / tokens
         return rows
 
     def fixed_log_probs(self, tensors: dict[str, torch.Tensor], prefix: int, engine_log_probs: torch.Tensor,
@@ -354,11 +367,11 @@ class GRPOLearner(TrainingRun):
         if self.reference is not None:
             ref_log_probs = batched_log_probs(self.reference, tensors, micro, prefix, cfg.sampling_temperature,
                                               cfg.dtype)  # [N, L-1]
-        mismatch = None if stale else {"abs": 0.0, "tokens": 0.0, "max_ratio": 1.0}
+        mismatch = None if stale else {"abs": 0.0, "tokens": 0.0, "max_ratio": 1.0, "kl_k1": 0.0, "kl_k3": 0.0}
         if old_log_probs is not None and not stale:
             measured = torch.stack([t.float() for t in logprob_mismatch(old_log_probs, engine_log_probs,
                                                                         tensors["response_mask"])]).tolist()
-            mismatch = dict(zip(("abs", "tokens", "max_ratio"), measured))  # one host transfer
+            mismatch = dict(zip(MISMATCH_KEYS, measured))  # one host transfer
         return old_log_probs, ref_log_probs, mismatch
 
     def step_row(self, stats: dict, grpo_step: int, epoch: int, kl: bool, rollout_stats: dict) -> dict:
@@ -369,12 +382,14 @@ class GRPOLearner(TrainingRun):
                "train/loss": stats["loss"], "train/grad_norm": stats["grad_norm"],
                "train/entropy": stats["entropy"], "train/lr": self.optimizer.param_groups[0]["lr"],
                "train/skipped_steps": self.state["skipped_steps"], **rollout_stats}
-        if "cliprange" in LOSS_INPUTS[cfg.loss_type]:
+        if cfg.loss_type in CLIP_LOSSES:
             row["train/clip_fraction"] = stats["clip_fraction"]
         if cfg.loss_type in RATIO_LOSSES:
             row["train/ratio_mean"] = stats["ratio_mean"]
         if cfg.tis_cap is not None:
             row["train/tis_weight_mean"] = stats["tis_weight_mean"]
+        if cfg.mis is not None:
+            row["train/mis_dropped_fraction"] = stats["mis_dropped_fraction"]
         if kl:
             row["train/kl_k1"], row["train/kl_k3"] = stats["kl_k1"], stats["kl_k3"]
         return row
@@ -390,6 +405,9 @@ class GRPOLearner(TrainingRun):
               f"answer {last['train/answer_reward']:.3f} loss {last['train/loss']:+.4f} "
               f"grad {last['train/grad_norm']:.3f} len {last['train/response_length_mean']:.1f} "
               f"gen {batch.generation_s:.1f}s train {sum(r['time/train_s'] for r in rows):.1f}s", flush=True)
+        for row in rows:  # a run that silently stopped learning: warn once per kind, with the fix
+            for message in health_warnings(row, self.warned):
+                print(f"  {message}", flush=True)
 
     # ---- validation and checkpoints ----------------------------------------------------------------------
 
