@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import ClassVar
 
 ENGINES = ("vllm", "transformers")
-BUILTIN_DATASETS = ("gsm8k", "arithmetic")
+# Datasets hw3lib reads or generates itself (the rest are MATH sources): GSM8K, the synthetic arithmetic
+# task, and the generated MATH-format task of the MATH course's smoke profile (hw3lib.tasks.math_synthetic).
+BUILTIN_DATASETS = ("gsm8k", "arithmetic", "math-synthetic")
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,11 @@ class RunConfig:
     after the last."""
     n_eval_examples: int = 1024
     """Held-out questions per validation (the course: >= 1,024 in the full profile)."""
-    eval_temperature: float = 0.0
-    """Validation sampling temperature; 0 = greedy decoding (a deterministic, low-variance estimate)."""
+    eval_temperature: float = 1.0
+    """Validation sampling temperature. The courses evaluate at 1.0 (top-p 1.0, `sampling_max_tokens`,
+    stop at `</answer>` kept), so the full profile does too and its numbers compare with the handouts'
+    thresholds; 0 = greedy decoding (deterministic, lower variance), which the smoke profile uses and
+    every report labels (`validation_label`)."""
     sampling_max_tokens: int = 1024
     """Generation budget per response (rollouts and validation); responses that hit it count as truncated."""
     n_eval_samples_saved: int = 4
@@ -196,21 +201,26 @@ class RunConfig:
             raise ValueError(f"{path}: cannot read a {cls.__name__} ({exc})") from None
 
     @classmethod
-    def for_profile(cls, profile_name: str | None = None, **overrides):
-        """The settings of a profile (`smoke` or `full`; None: $HW3_PROFILE / GPU present), with overrides.
+    def for_profile(cls, profile_name: str | None = None, course: str | None = None, **overrides):
+        """The settings of a profile (`smoke` or `full`; None: $HW3_PROFILE / GPU present) for a course
+        (`gsm8k-qwen3` or `math-qwen2.5`; None: $HW3_COURSE, else gsm8k-qwen3), with overrides.
 
-        A MATH `dataset` (anything but gsm8k and arithmetic) trains the profile's `math_model` unless
+        The course picks the data: in the full profile its dataset (GSM8K, or MATH from $HW3_MATH_DATA);
+        in smoke the class's own CPU recipe, on the generated MATH-format task for the MATH course. A
+        MATH `dataset` (anything but gsm8k and arithmetic) trains the profile's `math_model` unless
         `model` is among the overrides.
         """
+        from hw3lib.core.course import get_course
         from hw3lib.core.profile import get_profile
 
-        prof = get_profile(profile_name)
+        prof, chosen = get_profile(profile_name), get_course(course)
         device = "cuda:0" if prof.device == "cuda" else prof.device
         base = {"profile": prof.name, "model": prof.model, "dtype": prof.dtype, "engine": prof.engine,
                 "policy_device": device, "rollout_device": device,
                 "gpu_memory_utilization": prof.gpu_memory_utilization, "seed": prof.seed}
         if prof.name == "smoke":
             base.update(cls._SMOKE)
+        base.update(chosen.run_data(prof.name))
         if overrides.get("dataset", base.get("dataset")) not in (*BUILTIN_DATASETS, None) and "model" not in overrides:
             base["model"] = prof.math_model
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls) if f.init}

@@ -40,8 +40,14 @@ def cache_dir() -> Path:
 
 
 def runs_dir() -> Path:
-    """Where runs write their outputs: $HW3_RUNS_DIR or <project>/runs."""
+    """Where runs write their outputs: $HW3_RUNS_DIR or <project>/runs, and for a course other than the
+    default one ($HW3_COURSE, hw3lib.core.course) its own subfolder (`runs/math-qwen2.5/`), so the two
+    courses' runs, which share names, never meet in one folder."""
+    from hw3lib.core.course import DEFAULT_COURSE, default_course_name
+
     path = Path(os.environ.get("HW3_RUNS_DIR", project_root() / "runs"))
+    if default_course_name() != DEFAULT_COURSE:
+        path = path / default_course_name()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

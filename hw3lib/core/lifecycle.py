@@ -23,6 +23,7 @@ function in. Steps are counted by the config's `COUNTER` (`grpo_step`, `step`, `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -71,6 +72,17 @@ class RunResult:
         return [row for row in self.metrics if "eval/answer_reward" in row]
 
 
+def field_defaults(cfg) -> dict:
+    """The defaults of `cfg`'s class, per settable field (for configs saved before a field existed)."""
+    defaults = {}
+    for f in dataclasses.fields(cfg):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
+
+
 def read_result(run_dir: Path, cfg, state: dict) -> RunResult:
     """The RunResult of `run_dir` as its files and the step counters `state` describe it."""
     return RunResult(run_dir=run_dir, config=cfg, metrics=metrics_rows(run_dir), steps=state[cfg.COUNTER],
@@ -106,7 +118,7 @@ def open_run(run_dir: Path, cfg, resume: bool, overwrite: bool) -> tuple[Path | 
     saved = json.loads((checkpoint / "config.json").read_text())
     counter, total = cfg.COUNTER, cfg.total_steps
     finished = state[counter] == total and validation_logged(metrics_rows(run_dir), counter, total)
-    differing = config_differences(saved, cfg.to_dict())
+    differing = config_differences(saved, cfg.to_dict(), defaults=field_defaults(cfg))
     if not resume and not (finished and not differing):
         why = f"checkpoint at {COUNTER_WORDS[counter]} {state[counter]} of {saved.get(cfg.TOTAL_FIELD)}"
         raise refuse_existing(run_dir, why + (f"; settings differ: {', '.join(differing)}" if differing else ""))

@@ -65,9 +65,15 @@ def delete_outputs(run_dir: Path) -> None:
         shutil.rmtree(run_dir / name, ignore_errors=True)
 
 
-def config_differences(saved: dict, current: dict) -> list[str]:
-    """`key: saved X vs now Y` for every setting that differs and may not change on resume."""
+def config_differences(saved: dict, current: dict, defaults: dict | None = None) -> list[str]:
+    """`key: saved X vs now Y` for every setting that differs and may not change on resume.
+
+    A setting missing from `saved` (a run made before hw3lib added it) counts as its value in
+    `defaults`, the config class's defaults: an option added later, left at its default, does not
+    make an older run unresumable.
+    """
     current = json.loads(json.dumps(current))  # tuples -> lists, as saved
+    saved = json.loads(json.dumps({**(defaults or {}), **saved}))  # as JSON holds them, like `current`
     keys = sorted(k for k in set(saved) | set(current)
                   if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
     return [f"{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in keys]

@@ -216,6 +216,23 @@ def best_of_n_result(metrics: dict, profile: str, model: str, task: str, samplin
             **{key: metrics[key] for key in ("N", "pass_at_n_first", "pass_at_k_unbiased", "best_at_n", "maj_at_n")}}
 
 
+def pass_at_1_check(zero_shot_summary: dict, metrics: dict) -> dict:
+    """The handout's sanity check: pass@1 of the Best-of-N samples against problem 1's zero-shot accuracy.
+
+    Both estimate the same probability (one sample per question, same model, prompt and sampling),
+    from independent draws, so they agree up to noise: the check passes when their difference is
+    within two standard errors of a difference of two proportions, `2 sqrt(p (1 - p) (1/m + 1/k))`,
+    where m counts the zero-shot samples and k the Best-of-N samples (all n per question; the
+    unbiased pass@1 is their mean). Returns both numbers, the band and `within_noise`.
+    """
+    zero_shot, pass_1 = float(zero_shot_summary["accuracy"]), float(metrics["pass_at_k_unbiased"][0])
+    m, k = int(zero_shot_summary["num_samples"]), metrics["num_prompts"] * metrics["n_samples"]
+    pooled = (zero_shot * m + pass_1 * k) / (m + k)
+    band = 2 * math.sqrt(pooled * (1 - pooled) * (1 / m + 1 / k))
+    return {"zero_shot_accuracy": zero_shot, "pass_at_1": pass_1, "zero_shot_samples": m, "best_of_n_samples": k,
+            "difference": pass_1 - zero_shot, "band": band, "within_noise": abs(pass_1 - zero_shot) <= band}
+
+
 def plot_best_of_n(metrics: dict, path_stem: str | Path = "best_of_n", title: str | None = None):
     """Plot pass@N (both estimators), Best@N and maj@N against N; save `<stem>.pdf` and `<stem>.png`.
 

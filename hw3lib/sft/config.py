@@ -42,6 +42,10 @@ class SFTConfig(RunConfig):
     shuffle, so the sets of different sizes are nested (None: the whole pool)."""
     filter_correct: bool = False
     """Keep only the traces whose final answer the reward function grades correct (before `n_examples`)."""
+    sft_file: str | None = None
+    """The course's SFT data: a jsonl file with `prompt`, `response` (or `completion`) and `ground_truth` per
+    line, the prompt already formatted (R1-Zero, ending in `<think>`). None: traces are built from the worked
+    solutions of `dataset` (GSM8K, MATH or arithmetic). Validation always uses `dataset`'s held-out questions."""
     trace_noise: float = 0.0
     """Share of traces whose final answer is replaced by a wrong one (seeded), standing in for an imperfect
     teacher so that `filter_correct` has something to remove on data built from correct worked solutions.
@@ -65,6 +69,8 @@ class SFTConfig(RunConfig):
         need(self.n_examples is None or (isinstance(self.n_examples, int) and self.n_examples >= 1),
              f"n_examples={self.n_examples!r}: pass None (all traces) or a positive int")
         need(0.0 <= self.trace_noise < 1.0, f"trace_noise={self.trace_noise} must be in [0, 1)")
+        need(self.sft_file is None or (isinstance(self.sft_file, str) and self.sft_file.endswith(".jsonl")),
+             f"sft_file={self.sft_file!r}: pass the path of the course's SFT .jsonl file, or None")
         need(self.lr_warmup_steps >= 0, f"lr_warmup_steps={self.lr_warmup_steps} must be >= 0")
 
 
@@ -124,6 +130,7 @@ SFTConfig._SMOKE = {
     "n_train_examples": 4096, "n_sft_steps": 300, "train_batch_size": 32, "gradient_accumulation_steps": 1,
     "learning_rate": 3e-3, "lr_warmup_steps": 0, "generation_batch_size": 256, "eval_every": 150,
     "n_eval_examples": 256, "sampling_max_tokens": 32, "checkpoint_every": 150,
+    "eval_temperature": 0.0,  # greedy in smoke (labelled), as the GRPO smoke runs it is compared with
 }
 EIConfig._SMOKE = {
     "name": "ei_smoke", "model": "tiny", "dataset": "arithmetic", "arithmetic_max_operand": 4,
@@ -131,5 +138,5 @@ EIConfig._SMOKE = {
     "warm_start_examples": 2048, "n_ei_steps": 8, "questions_per_round": 256, "group_size": 8,
     "sampling_max_tokens": 32, "sft_epochs": 1, "train_batch_size": 32, "gradient_accumulation_steps": 1,
     "learning_rate": 3e-4, "generation_batch_size": 256, "eval_every": 4, "n_eval_examples": 256,
-    "checkpoint_every": 4,
+    "checkpoint_every": 4, "eval_temperature": 0.0,  # greedy in smoke (labelled), as SFT and GRPO
 }

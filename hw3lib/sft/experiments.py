@@ -19,9 +19,16 @@ from collections.abc import Callable, Sequence
 
 from hw3lib.sft.config import EIConfig, SFTConfig
 from hw3lib.core.lifecycle import RunResult
+from hw3lib.evaluation.validate import validation_label
 from hw3lib.sft.loop import trace_summary
 
-SFT_SIZES = (128, 256, 512, 1024, None)
+SFT_SIZES = (128, 256, 512, 1024, None)  # the MATH handout's sizes (None: the full set)
+# The MATH handout's expert-iteration runs: n_ei_steps = 5 (EIConfig's default), question batch D_b in
+# {512, 1024, 2048}, and G and the SFT epochs per round varied (from D_b = 512).
+EI_VARIANTS = {
+    "Db512": {}, "Db1024": {"questions_per_round": 1024}, "Db2048": {"questions_per_round": 2048},
+    "Db512_G4": {"group_size": 4}, "Db512_epochs2": {"sft_epochs": 2},
+}
 # The smoke profile's sizes: each run needs 300 steps on 2 CPU cores before size matters (hw3lib.sft.config), so CI
 # runs three sizes spanning the range rather than five.
 SMOKE_SFT_SIZES = (128, 512, None)
@@ -102,7 +109,9 @@ def plot_sft(results: dict[str, RunResult], path_stem: str = "sft_sizes"):
         steps = [row["step"] for row in evals]
         line, = left.plot(steps, [row["eval/answer_reward"] for row in evals], marker="o", label=label)
         right.plot(steps, [row["eval/trace_nll"] for row in evals], marker="o", color=line.get_color(), label=label)
-    left.set(xlabel="optimizer step", ylabel="validation answer reward", title="held-out questions (greedy)")
+    first = next(iter(results.values()), None)
+    how = validation_label(first.config) if first is not None else ""
+    left.set(xlabel="optimizer step", ylabel="validation answer reward", title=f"held-out questions ({how})")
     right.set(xlabel="optimizer step", ylabel="NLL per token", title="held-out reference traces")
     for ax in (left, right):
         ax.grid(alpha=0.3)

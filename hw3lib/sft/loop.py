@@ -7,7 +7,9 @@
   `#### 72` line becoming the answer (`reasoning_trace`);
 - MATH (`{problem, solution}` jsonl through `hw3lib.tasks.data.load_task`): the solution as the steps,
   the last `\\boxed{}` as the answer;
-- the synthetic arithmetic task: its one-line working (the same text as the warm start's target).
+- the synthetic arithmetic task: its one-line working (the same text as the warm start's target);
+- or, with `sft_file`, the course's own SFT file (`prompt`, `response`/`completion`, `ground_truth`
+  per line; `read_sft_file`), used as written.
 
 `select_traces` then optionally corrupts a seeded share of final answers (`trace_noise`: a
 stand-in for an imperfect teacher, off for real data), filters to traces whose final answer the
@@ -26,7 +28,7 @@ autocast (`autocast_for`), as in the GRPO loop. Learning rate: linear warm-up, t
 to 10% of the peak. Gradient clipping on the global norm; a non-finite step is skipped.
 
 **Validation** (before the first step, every `eval_every` steps, after the last) runs
-`hw3lib.evaluation.validate` -- the GRPO loop's evaluation, greedy by default, on the same held-out
+`hw3lib.evaluation.validate` -- the GRPO loop's evaluation (sampled as the courses do; greedy in smoke), on the same held-out
 questions -- through the profile's rollout engine, and `log_generations` writes every response
 with its prompt, ground truth, rewards, mean token entropy and length to
 `generations/step_XXXX.jsonl`, plus length and entropy over all / correct / incorrect responses
@@ -96,6 +98,35 @@ def build_traces(records: Sequence[dict], prompt: str = "r1_zero") -> list[dict]
 
     return [{"question": r["question"], "prompt": format_prompt(prompt, r["question"]),
              "response": reasoning_trace(r), "gold": str(r["gold"])} for r in records]
+
+
+def read_sft_file(path: str | Path) -> list[dict]:
+    """The course's SFT file as traces: one `{"prompt", "response", "ground_truth"}` object per line
+    (`completion` is accepted for `response`), each becoming `{"question", "prompt", "response", "gold"}`.
+
+    Errors name the file and line. The prompt is used as written (it already holds the template).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sft_file={path}: no such file; pass the course's SFT data (a .jsonl file)")
+    traces = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}, line {number}: not JSON ({exc.msg})") from None
+            response = row.get("response", row.get("completion")) if isinstance(row, dict) else None
+            fields = (row.get("prompt"), response, row.get("ground_truth")) if isinstance(row, dict) else (None,) * 3
+            if not all(isinstance(value, str) and value for value in fields[:2]) or fields[2] is None:
+                raise ValueError(f"{path}, line {number}: each line needs non-empty \"prompt\" and \"response\" "
+                                 "(or \"completion\") strings and a \"ground_truth\"")
+            traces.append({"question": fields[0], "prompt": fields[0], "response": fields[1], "gold": str(fields[2])})
+    if not traces:
+        raise ValueError(f"{path} holds no SFT examples")
+    return traces
 
 
 def wrong_answer(gold: str, rng: random.Random) -> str:
@@ -304,7 +335,8 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     # ---- data, policy (float32 masters) and its run, engine -----------------------------------------
     train_records, eval_records = load_task(cfg)
     reward_fn = reward_fn_for(cfg.prompt)
-    traces, trace_info = select_traces(build_traces(train_records, cfg.prompt), cfg, reward_fn)
+    pool = read_sft_file(cfg.sft_file) if cfg.sft_file else build_traces(train_records, cfg.prompt)
+    traces, trace_info = select_traces(pool, cfg, reward_fn)
     policy, tokenizer = load_model_and_tokenizer(policy_source(checkpoint, cfg.model), device=cfg.policy_device,
                                                  dtype="float32")
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,

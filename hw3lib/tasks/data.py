@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import os
 import random
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
 from hw3lib.core.io import DataFileError, atomic_write_jsonl, iter_jsonl_numbered, project_root
+# The `\boxed{}` parsers live in their own module (the generated MATH task uses them too); re-exported here.
+from hw3lib.tasks.boxed import boxed_content, extract_boxed_answer, last_boxed_expression  # noqa: F401
 
 GSM8K_HUB_ID = "openai/gsm8k"
 GSM8K_HUB_CONFIG = "main"
@@ -242,6 +243,8 @@ def load_task(cfg: Any) -> tuple[list[dict], list[dict]]:
     - `gsm8k`: the train split; held out, the test split.
     - `arithmetic`: `n_train_examples` (default 4,096) generated problems; held out, fresh problems
       (another seed) whose question text never occurs in training.
+    - `math-synthetic`: the generated MATH-format task (hw3lib.tasks.math_synthetic), 4,096 training
+      and 1,024 held-out problems written once per seed under the cache folder, read like MATH data.
     - a MATH source (`math`, a `.jsonl` file, a folder, a hub id; see `load_math`): a folder or hub
       id gives its `train` split, held out its `test` split; a single jsonl file holds out its last
       `n_eval_examples` rows.
@@ -262,6 +265,9 @@ def load_task(cfg: Any) -> tuple[list[dict], list[dict]]:
         train_records = load_gsm8k("train", limit=n_train)
     elif dataset == "arithmetic":
         train_records = make_arithmetic_problems(n_train or 4096, seed=cfg.seed, max_operand=cfg.arithmetic_max_operand)
+    elif dataset == "math-synthetic":  # the MATH course's smoke data: generated once per seed, then read as MATH
+        dataset = str(synthetic_math_folder(cfg.seed))
+        train_records = load_questions(dataset, "train", n_train)
     elif eval_dataset is None and _is_single_file(dataset):
         rows = load_questions(dataset)  # one file: its last n_eval rows are held out
         if len(rows) <= n_eval:
@@ -279,6 +285,30 @@ def load_task(cfg: Any) -> tuple[list[dict], list[dict]]:
         pool = make_arithmetic_problems(4 * n_eval, seed=cfg.seed + 1_000_003, max_operand=cfg.arithmetic_max_operand)
         return train_records, [record for record in pool if record["question"] not in seen][:n_eval]
     return train_records, load_questions(dataset, "test", n_eval)
+
+
+def course_questions(course, profile_name: str, split: str = "test", limit: int | None = None,
+                     seed: int = 0) -> tuple[list[dict], str]:
+    """(records with `question` and `gold`, a label) of a course's evaluation data in a profile.
+
+    GSM8K for the GSM8K course; for the MATH course the MATH data named by $HW3_MATH_DATA (full) or
+    the generated MATH-format task (smoke: no MATH data offline). `course` is a hw3lib.core.course.Course.
+    """
+    if course.dataset == "gsm8k":
+        return load_gsm8k(split, limit=limit), f"GSM8K {split}"
+    if profile_name == "full":
+        return load_questions(MATH_DATASET_NAME, split, limit), f"MATH {split}"
+    return load_questions(str(synthetic_math_folder(seed)), split, limit), f"generated MATH-format {split}"
+
+
+def synthetic_math_folder(seed: int) -> Path:
+    """The cached folder of the generated MATH-format task for `seed` (written on first use)."""
+    from hw3lib.core.io import cache_dir
+    from hw3lib.tasks.math_synthetic import write_math_task
+
+    folder = cache_dir() / "math_synthetic" / f"seed{seed}_train4096_test1024"
+    write_math_task(folder, n_train=4096, n_test=1024, seed=seed)
+    return folder
 
 
 def _is_single_file(source: str | os.PathLike) -> bool:
@@ -325,65 +355,6 @@ def _math_record(row: dict, where: str) -> dict:
     record["answer"] = answer
     return record
 
-
-_BRACE_TOKENS = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (`\{`, `\\`) or a brace
-
-
-def last_boxed_expression(text: str) -> str | None:
-    """The last `\\boxed{...}` / `\\fbox{...}` (or `\\boxed 5`) in `text`, braces included; None if absent.
-
-    Braces are matched by depth, so nested groups like `\\boxed{\\frac{1}{2}}` come out whole;
-    escaped braces `\\{ \\}` do not count. An unclosed box yields None.
-    """
-    if not isinstance(text, str):
-        return None
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    command_end = start + (len("\\boxed") if text.startswith("\\boxed", start) else len("\\fbox"))
-    brace = command_end
-    while brace < len(text) and text[brace] in " \t":
-        brace += 1
-    if brace < len(text) and text[brace] != "{":
-        if brace == command_end:  # `\boxedX`: another command, not a box
-            return None
-        words = text[brace:].split("$", 1)[0].split()  # `\boxed 5`: the argument is the next word
-        return f"{text[start:command_end]} {words[0]}" if words else None
-    if brace >= len(text):
-        return None
-    depth = 0
-    for match in _BRACE_TOKENS.finditer(text, brace):
-        token = match.group()
-        if token == "{":
-            depth += 1
-        elif token == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:match.end()]
-    return None
-
-
-def boxed_content(boxed: str) -> str | None:
-    """`\\boxed{X}` -> `X` (also `\\fbox{X}`, `\\boxed X`); None when `boxed` is not a box."""
-    for command in ("\\boxed", "\\fbox"):
-        if not boxed.startswith(command):
-            continue
-        rest = boxed[len(command):]
-        inner = rest.lstrip(" \t")
-        if inner.startswith("{") and inner.endswith("}"):
-            return inner[1:-1].strip()
-        if rest[:1] in (" ", "\t") and inner:
-            return inner.strip()
-    return None
-
-
-def extract_boxed_answer(text: str) -> str | None:
-    """The content of the last complete box in `text`, or None."""
-    boxed = last_boxed_expression(text)
-    return boxed_content(boxed) if boxed is not None else None
-
-
-# ---- prompts ------------------------------------------------------------------------------------
 
 def available_prompts() -> list[str]:
     """Names of the prompt templates shipped in hw3lib/tasks/prompts/."""

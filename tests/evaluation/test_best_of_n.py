@@ -208,3 +208,16 @@ def test_plot_and_json_are_written(tmp_path):
     assert saved["best_at_n"] == [0.0, 1.0, 0.0] and saved["best_at_4"] == 0.0
     assert saved["gap_pass_first_minus_best"] == metrics["pass_at_n_first"][2] - 0.0  # at the largest N, 4
     assert saved["max_tokens"] == 32 and saved["model"] == "tiny"
+
+
+def test_pass_at_1_check_hand_worked():
+    from hw3lib.evaluation.best_of_n import pass_at_1_check
+
+    metrics = {"pass_at_k_unbiased": [0.55, 0.9], "num_prompts": 10, "n_samples": 16}
+    check = pass_at_1_check({"accuracy": 0.5, "num_samples": 100}, metrics)
+    # pooled p = (50 + 88) / 260; band = 2 sqrt(p (1 - p) (1/100 + 1/160)) = 0.12723
+    assert check["best_of_n_samples"] == 160 and check["zero_shot_samples"] == 100
+    assert check["band"] == pytest.approx(0.12723, abs=1e-5)
+    assert check["difference"] == pytest.approx(0.05) and check["within_noise"]
+    far = pass_at_1_check({"accuracy": 0.2, "num_samples": 100}, {**metrics, "pass_at_k_unbiased": [0.8]})
+    assert not far["within_noise"] and far["difference"] == pytest.approx(0.6)

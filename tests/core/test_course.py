@@ -1,0 +1,114 @@
+"""hw3lib.core.course: the course selector, and the settings the handouts fix (one assertion per default)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw3lib.core.course import COURSE_NAMES, SECTIONS, get_course, section_table
+from hw3lib.grpo.config import GRPOConfig
+from hw3lib.sft.config import EIConfig, SFTConfig
+
+
+def test_default_environment_and_errors(monkeypatch):
+    monkeypatch.delenv("HW3_COURSE", raising=False)
+    assert get_course().name == "gsm8k-qwen3"
+    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
+    assert get_course().name == "math-qwen2.5" and get_course("gsm8k-qwen3").dataset == "gsm8k"
+    with pytest.raises(ValueError, match="unknown course 'cs336'.*gsm8k-qwen3, math-qwen2.5.*HW3_COURSE"):
+        get_course("cs336")
+    assert COURSE_NAMES == ("gsm8k-qwen3", "math-qwen2.5")
+
+
+@pytest.mark.parametrize("cls", [GRPOConfig, SFTConfig, EIConfig])
+def test_full_profile_data_and_model_follow_the_course(cls):
+    gsm8k = cls.for_profile("full", course="gsm8k-qwen3")
+    math = cls.for_profile("full", course="math-qwen2.5")
+    assert (gsm8k.dataset, gsm8k.model) == ("gsm8k", "Qwen/Qwen3-0.6B")
+    assert (math.dataset, math.model) == ("math", "Qwen/Qwen2.5-Math-1.5B")
+    # explicit settings still win
+    assert cls.for_profile("full", course="math-qwen2.5", model="my/model").model == "my/model"
+
+
+@pytest.mark.parametrize("cls", [GRPOConfig, SFTConfig, EIConfig])
+def test_smoke_profile_keeps_the_cpu_recipe_and_swaps_the_math_task(cls):
+    gsm8k = cls.for_profile("smoke", course="gsm8k-qwen3")
+    math = cls.for_profile("smoke", course="math-qwen2.5")
+    assert gsm8k.dataset == "arithmetic" and math.dataset == "math-synthetic"
+    assert math.model == gsm8k.model  # the smoke recipe's tiny model, not the GSM8K-SFT'd `tiny-sft`
+
+
+def test_the_courses_evaluation_settings_in_the_full_profile():
+    for cls in (GRPOConfig, SFTConfig, EIConfig):
+        cfg = cls.for_profile("full")
+        assert cfg.eval_temperature == 1.0 and cfg.sampling_max_tokens == 1024 and cfg.n_eval_examples >= 1024
+        assert cfg.prompt == "r1_zero"
+    from hw3lib.evaluation.validate import validation_label
+    from hw3lib.tasks.prompt_table import stop_strings_for
+
+    assert stop_strings_for("r1_zero") == ("</answer>",)
+    assert validation_label(GRPOConfig.for_profile("full")) == "sampled at T=1, top-p 1.0, 1024 tokens"
+    # smoke validates greedily, and says so
+    assert validation_label(GRPOConfig.for_profile("smoke")) == "greedy, 32 tokens"
+
+
+def test_the_math_handouts_sft_and_expert_iteration_settings():
+    from hw3lib.sft.experiments import EI_VARIANTS, SFT_SIZES
+
+    assert SFT_SIZES == (128, 256, 512, 1024, None)
+    assert EIConfig().n_ei_steps == 5 and EIConfig().questions_per_round == 512
+    base = EIConfig()
+    sizes = {variant.get("questions_per_round", base.questions_per_round) for variant in EI_VARIANTS.values()}
+    assert sizes == {512, 1024, 2048}
+    assert {"group_size"} <= {key for variant in EI_VARIANTS.values() for key in variant}  # G varied
+    assert {"sft_epochs"} <= {key for variant in EI_VARIANTS.values() for key in variant}  # SFT epochs varied
+
+
+def test_the_broad_off_policy_sweep_is_under_50_steps():
+    from hw3lib.experiments.grids import grid_base
+
+    assert grid_base("off_policy", "full").n_grpo_steps < 50
+    assert grid_base("learning_rate", "full").n_grpo_steps == 200
+
+
+def test_sections_and_their_table():
+    gsm8k, math = get_course("gsm8k-qwen3"), get_course("math-qwen2.5")
+    assert gsm8k.covers("best_of_n") and gsm8k.covers("kissing") and not gsm8k.covers("expert_iteration")
+    assert math.covers("expert_iteration") and math.covers("keyword") and not math.covers("best_of_n")
+    with pytest.raises(ValueError, match="unknown section"):
+        gsm8k.covers("dpo")
+    table = section_table(math)
+    assert table.count("\n") == len(SECTIONS) + 1 and "| 05 expert iteration | yes |" in table
+    assert "| 02 Best-of-N | extra |" in table
+
+
+def test_course_questions_per_course_and_profile(tmp_path, monkeypatch, shared_data_dir):
+    import json
+
+    from hw3lib.core.profile import get_profile
+    from hw3lib.tasks.data import course_questions
+
+    monkeypatch.setenv("HW3_CACHE_DIR", str(tmp_path / "cache"))
+    gsm8k, math = get_course("gsm8k-qwen3"), get_course("math-qwen2.5")
+    records, label = course_questions(gsm8k, "smoke", limit=3)
+    assert label == "GSM8K test" and len(records) == 3 and records[0]["gold"].lstrip("-").isdigit()
+    records, label = course_questions(math, "smoke", limit=5)
+    assert label == "generated MATH-format test" and len(records) == 5
+    assert all("$" in r["question"] for r in records)  # LaTeX problems, \boxed answers
+    math_file = tmp_path / "math.jsonl"
+    math_file.write_text(json.dumps({"problem": "What is $1+1$?", "solution": "$\\boxed{2}$"}) + "\n")
+    monkeypatch.setenv("HW3_MATH_DATA", str(math_file))
+    records, label = course_questions(math, "full")
+    assert label == "MATH test" and records == [{"question": "What is $1+1$?", "gold": "2",
+                                                 "answer": "$\\boxed{2}$"}]
+    assert math.model_for(get_profile("full")) == "Qwen/Qwen2.5-Math-1.5B"
+    assert gsm8k.model_for(get_profile("full")) == "Qwen/Qwen3-0.6B"
+
+
+def test_each_course_has_its_own_runs_folder(tmp_path, monkeypatch):
+    from hw3lib.core.io import runs_dir
+
+    monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.delenv("HW3_COURSE", raising=False)
+    assert runs_dir() == tmp_path / "runs"  # the default course keeps the folder the workbook always used
+    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
+    assert runs_dir() == tmp_path / "runs" / "math-qwen2.5" and runs_dir().is_dir()
