@@ -26,6 +26,7 @@ from hw3lib.maths.grpo import (LENGTH_NORMALIZATIONS, LOSS_INPUTS, LOSS_TYPES, M
                                RATIO_LOSSES)
 
 from hw3lib.core.config import BUILTIN_DATASETS, ENGINES, RolloutRunConfig  # noqa: F401 -- re-exported
+from hw3lib.grpo.shaping import OVERLONG_MODES
 from hw3lib.tasks.prompt_table import PROMPTS  # noqa: F401 -- re-exported
 
 
@@ -71,6 +72,19 @@ class GRPOConfig(RolloutRunConfig):
     """Lower end of MIS's band, in [0, 1); None: 0.5."""
     mis_high: float | None = None
     """Upper end of MIS's band, > 1; None: 2.0."""
+    dynamic_sampling_passes: int = 0
+    """Beyond the handouts (DAPO's dynamic sampling): a group whose rewards are all equal has zero advantages
+    and carries no gradient; with n > 0, up to n extra generation passes replace such groups by groups of
+    new questions (hw3lib.grpo.shaping). Groups still uninformative after them stay. 0: off (the course)."""
+    overlong: str | None = None
+    """Beyond the handouts: rollouts that hit `sampling_max_tokens`. `mask` leaves the truncated ones out of
+    the loss (DAPO's overlong filtering); `penalty` subtracts DAPO's soft overlong penalty from the reward of
+    responses in the last `overlong_buffer` tokens of the budget (0 at its start, `overlong_penalty` at the
+    budget). None: off (the course)."""
+    overlong_buffer: int | None = None
+    """Length of the penalty's ramp, in tokens; None: a quarter of `sampling_max_tokens`."""
+    overlong_penalty: float = 1.0
+    """The penalty at the budget (reward units)."""
     algorithm: str | None = None
     """Beyond the handouts: the name of a recipe in `ALGORITHMS` (`grpo`, `dr_grpo`, `dapo`, `gspo`, `cispo`)
     whose settings this config holds -- checked, not applied: build one with `GRPOConfig.with_algorithm`.
@@ -138,8 +152,8 @@ class GRPOConfig(RolloutRunConfig):
         need(self.length_normalization_constant is None or self.length_normalization_constant > 0,
              f"length_normalization_constant={self.length_normalization_constant!r} must be positive (or None)")
         need(self.prompt in PROMPTS, f"prompt={self.prompt!r}: choose one of {', '.join(PROMPTS)}")
-        need(self.prompt != "keyword" or self.warm_start_steps == 0,
-             f"prompt='keyword' with warm_start_steps={self.warm_start_steps}: the warm start is SFT on "
+        need(not self.prompt.startswith("keyword") or self.warm_start_steps == 0,
+             f"prompt={self.prompt!r} with warm_start_steps={self.warm_start_steps}: the warm start is SFT on "
              "arithmetic; warm start a keyword model with hw3lib.keywords.recipe.keyword_sft and set warm_start_steps=0")
         need(not self.use_std_normalization or self.group_size >= 2,
              f"use_std_normalization=True needs group_size >= 2 (got group_size={self.group_size})")
@@ -170,6 +184,13 @@ class GRPOConfig(RolloutRunConfig):
         need(self.mis_high is None or self.mis_high > 1, f"mis_high={self.mis_high} must be > 1 (or None)")
         need(self.mis is not None or (self.mis_low is None and self.mis_high is None),
              f"mis_low={self.mis_low}, mis_high={self.mis_high} set but mis=None: set mis='token' or 'sequence'")
+        need(isinstance(self.dynamic_sampling_passes, int) and self.dynamic_sampling_passes >= 0,
+             f"dynamic_sampling_passes={self.dynamic_sampling_passes!r} must be an int >= 0 (0: off)")
+        need(self.overlong in (None, *OVERLONG_MODES),
+             f"overlong={self.overlong!r}: choose one of {', '.join(OVERLONG_MODES)} (or None: off)")
+        need(self.overlong_buffer is None or 1 <= self.overlong_buffer <= self.sampling_max_tokens,
+             f"overlong_buffer={self.overlong_buffer} must be in [1, sampling_max_tokens={self.sampling_max_tokens}]")
+        need(self.overlong_penalty >= 0, f"overlong_penalty={self.overlong_penalty} must be >= 0")
         need(self.algorithm is None or self.algorithm in ALGORITHMS,
              f"algorithm={self.algorithm!r}: choose one of {', '.join(ALGORITHMS)} (or None)")
         if self.algorithm is not None:
@@ -188,6 +209,11 @@ class GRPOConfig(RolloutRunConfig):
         """
         mismatch_correction = self.tis_cap is not None or self.mis is not None
         return (self.loss_type in RATIO_LOSSES or mismatch_correction) and self.off_policy
+
+    @property
+    def overlong_ramp(self) -> int:
+        """The overlong penalty's ramp length in tokens (`overlong_buffer`, default a quarter of the budget)."""
+        return self.overlong_buffer if self.overlong_buffer is not None else max(1, self.sampling_max_tokens // 4)
 
     @property
     def clip_bounds(self) -> tuple[float, float]:

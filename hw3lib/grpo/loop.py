@@ -77,6 +77,7 @@ from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.evaluation.validate import validate
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.health import health_warnings
+from hw3lib.grpo.shaping import overlong_penalties, refill_uninformative
 from hw3lib.grpo.step import logprob_mismatch, optimizer_step
 from hw3lib.maths.grpo import CLIP_LOSSES, RATIO_LOSSES, compute_group_normalized_rewards
 from hw3lib.maths.logprobs import batched_log_probs, pack_rollouts
@@ -186,6 +187,8 @@ class RolloutBatch:
     scores: list[dict]  # [N] the reward function's dict per rollout
     generation_s: float
     scoring_s: float
+    generation_passes: int = 1  # > 1 with dynamic sampling (hw3lib.grpo.shaping)
+    groups_replaced: int = 0  # uninformative groups dynamic sampling replaced
 
     def rollout_stats(self) -> dict[str, float]:
         """The per-batch `train/...` statistics logged with each of its optimizer steps."""
@@ -199,43 +202,73 @@ class RolloutBatch:
             "train/response_length_max": max(lengths),
             "train/truncation_rate": float(np.mean([r.finish_reason == "length" for r in self.rollouts])),
             "train/zero_variance_group_fraction": self.reward_stats["frac_groups_zero_std"],
+            "train/generation_passes": self.generation_passes,
+            "train/groups_replaced": self.groups_replaced,
         }
+
+
+def sample_groups(engine, cfg: GRPOConfig, questions: Sequence[dict], reward_fn, seed: int
+                  ) -> tuple[list[dict], float, float]:
+    """Sample `group_size` rollouts for each question and score them: `([{"prompt", "truth", "rollouts",
+    "scores"}] per question, generation seconds, scoring seconds)`."""
+    from hw3lib.tasks.data import format_prompt
+    from hw3lib.generation import SamplingConfig
+
+    prompts = [format_prompt(cfg.prompt, record["question"]) for record in questions]
+    started = time.perf_counter()
+    sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.sampling_temperature, top_p=cfg.sampling_top_p,
+                              max_tokens=cfg.sampling_max_tokens, min_tokens=cfg.sampling_min_tokens,
+                              stop=stop_strings_for(cfg.prompt), include_stop_str_in_output=True, seed=seed)
+    outputs = engine.generate(prompts, sampling)
+    generation_s = time.perf_counter() - started
+    started = time.perf_counter()
+    groups = [{"prompt": prompt, "truth": record["gold"], "rollouts": list(samples),
+               "scores": [reward_fn(sample.text, record["gold"]) for sample in samples]}
+              for record, prompt, samples in zip(questions, prompts, outputs)]
+    return groups, generation_s, time.perf_counter() - started
 
 
 def sample_rollout_batch(engine, cfg: GRPOConfig, train_records: Sequence[dict], reward_fn, grpo_step: int,
                          policy_version: int) -> RolloutBatch:
     """Draw GRPO step `grpo_step`'s questions, sample `group_size` rollouts each, score them and
-    compute the group-normalized advantages."""
-    from hw3lib.tasks.data import format_prompt
-    from hw3lib.generation import SamplingConfig
-
+    compute the group-normalized advantages (with dynamic sampling and the overlong penalty when
+    configured: hw3lib.grpo.shaping)."""
     # A fresh, seeded draw of questions each step (no state to checkpoint).
     picks = np.random.default_rng([cfg.seed, grpo_step]).choice(
         len(train_records), cfg.n_prompts_per_rollout_batch, replace=False)
-    questions = [train_records[i] for i in picks]
-    prompts = [format_prompt(cfg.prompt, record["question"]) for record in questions]
-    group = cfg.group_size
+    groups, generation_s, scoring_s = sample_groups(engine, cfg, [train_records[i] for i in picks], reward_fn,
+                                                    rollout_seed(cfg.seed, grpo_step))
+    passes, replaced = 1, 0
+    if cfg.dynamic_sampling_passes:
+        unused = np.setdiff1d(np.arange(len(train_records)), picks)
 
+        def more(count: int, pass_number: int) -> list[dict]:
+            nonlocal unused, generation_s, scoring_s
+            chosen = np.random.default_rng([cfg.seed, grpo_step, pass_number]).choice(
+                unused, min(count, len(unused)), replace=False)
+            unused = np.setdiff1d(unused, chosen)
+            fresh, seconds, scored_s = sample_groups(engine, cfg, [train_records[i] for i in chosen], reward_fn,
+                                                     rollout_seed(cfg.seed, grpo_step) + 7919 * pass_number)
+            generation_s, scoring_s = generation_s + seconds, scoring_s + scored_s
+            return fresh
+
+        groups, passes, replaced = refill_uninformative(
+            groups, lambda group: [score["reward"] for score in group["scores"]], more, cfg.dynamic_sampling_passes)
     started = time.perf_counter()
-    sampling = SamplingConfig(n=group, temperature=cfg.sampling_temperature, top_p=cfg.sampling_top_p,
-                              max_tokens=cfg.sampling_max_tokens, min_tokens=cfg.sampling_min_tokens,
-                              stop=stop_strings_for(cfg.prompt), include_stop_str_in_output=True,
-                              seed=rollout_seed(cfg.seed, grpo_step))
-    rollouts = [sample for samples in engine.generate(prompts, sampling) for sample in samples]
-    generation_s = time.perf_counter() - started
-
-    started = time.perf_counter()
-    truths = [record["gold"] for record in questions for _ in range(group)]
-    scores = []
-
-    def scored(response: str, truth: str) -> dict:  # keeps each rollout's reward dict (for replay's statistics)
-        scores.append(reward_fn(response, truth))
-        return scores[-1]
-
+    rollouts = [rollout for group in groups for rollout in group["rollouts"]]
+    truths = [group["truth"] for group in groups for _ in group["rollouts"]]
+    scores = [score for group in groups for score in group["scores"]]
+    if cfg.overlong == "penalty":  # DAPO's soft overlong penalty, added to the reward before the advantages
+        penalties = overlong_penalties([len(r.token_ids) for r in rollouts], cfg.sampling_max_tokens,
+                                       cfg.overlong_ramp, cfg.overlong_penalty)
+        scores = [{**score, "reward": score["reward"] + penalty} for score, penalty in zip(scores, penalties)]
+    stored = iter(scores)  # the rewards are computed already: hand them over in order
     advantages, raw_rewards, reward_stats = compute_group_normalized_rewards(
-        scored, [r.text for r in rollouts], truths, group, cfg.advantage_eps, cfg.use_std_normalization)
-    return RolloutBatch(grpo_step, policy_version, prompts, truths, rollouts, advantages, raw_rewards, reward_stats,
-                        scores, generation_s, time.perf_counter() - started)
+        lambda response, truth: next(stored), [r.text for r in rollouts], truths, cfg.group_size, cfg.advantage_eps,
+        cfg.use_std_normalization)
+    return RolloutBatch(grpo_step, policy_version, [group["prompt"] for group in groups], truths, rollouts, advantages,
+                        raw_rewards, reward_stats, scores, generation_s,
+                        scoring_s + time.perf_counter() - started, passes, replaced)
 
 
 class GRPOLearner(TrainingRun):
@@ -291,6 +324,9 @@ class GRPOLearner(TrainingRun):
         started = time.perf_counter()
         tensors, prefix = pack_rollouts(self.tokenizer, [p for p in batch.prompts for _ in range(cfg.group_size)],
                                         [r.token_ids for r in batch.rollouts], device)
+        if cfg.overlong == "mask":  # DAPO's overlong filtering: truncated rollouts leave the loss
+            truncated = torch.tensor([r.finish_reason == "length" for r in batch.rollouts], device=device)  # [N]
+            tensors["response_mask"] = tensors["response_mask"] & ~truncated.unsqueeze(1)  # [N, L-1]
         engine_log_probs = response_values(tensors, [r.logprobs for r in batch.rollouts]).to(device)  # [N, L-1]
         advantages = batch.advantages.to(device).unsqueeze(1)  # [N, 1]
         raw_rewards = batch.raw_rewards.to(device).unsqueeze(1)  # [N, 1]
