@@ -5,6 +5,7 @@ Examples:
     hw3 keyword data --out data/keyword                       # procedural answers (no model needed)
     hw3 keyword data --out data/keyword_qwen --generator Qwen/Qwen3-0.6B --engine vllm   # a real model's answers
     hw3 keyword train                                         # SFT (cached) then GRPO -> runs/keyword_smoke
+    hw3 keyword train --reward sentence                       # the one-sentence gate -> runs/keyword_sentence_smoke
     hw3 keyword train --data data/keyword --steps 80 --name keyword_long --resume
 
 Outputs go to runs/<name>/ as for `hw3 train`; a folder holding another run is refused (never
@@ -51,14 +52,18 @@ def train_command(
     profile: Optional[str] = typer.Option(None, help="smoke or full (default: $HW3_PROFILE, else full on a GPU)."),
     data: Optional[Path] = typer.Option(None, help="A folder written by `hw3 keyword data` (default: the "
                                         "procedural dataset, built in the cache)."),
+    reward: str = typer.Option("inclusion", help="inclusion: the course's keyword_inclusion_reward_fn (every keyword "
+                               "as a whole word); sentence: keyword_sentence_reward_fn (the same, in one sentence)."),
     sft_steps: int = typer.Option(400, min=1, help="SFT steps before GRPO."),
+    sft_seed: int = typer.Option(0, help="Seed of the SFT and of the default procedural dataset."),
     steps: Optional[int] = typer.Option(None, min=1, help="GRPO steps (default: the recipe's)."),
-    name: Optional[str] = typer.Option(None, help="Run name (default: keyword_smoke)."),
+    name: Optional[str] = typer.Option(None, help="Run name (default: keyword_smoke, or keyword_sentence_smoke "
+                                       "with --reward sentence)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from runs/<name>'s latest checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete runs/<name>'s previous outputs first."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Any GRPOConfig field as KEY=VALUE, repeatable."),
 ) -> None:
-    """SFT the own model on the train split, then GRPO; print the first and last validation rewards."""
+    """SFT the own model on the train split, then GRPO on --reward; print the first and last validation rewards."""
     from hw3lib.keywords.recipe import KeywordSFT, prepare_keyword_run
     from hw3lib.core.runs import RunExistsError
     from hw3lib.grpo.loop import train
@@ -66,14 +71,14 @@ def train_command(
 
     overrides = overrides_from(set_, n_grpo_steps=steps, name=name)
     try:
-        cfg = prepare_keyword_run(profile, data, KeywordSFT(steps=sft_steps), **overrides)
+        cfg = prepare_keyword_run(profile, data, KeywordSFT(steps=sft_steps, seed=sft_seed), reward=reward, **overrides)
         result = train(cfg, resume=resume, overwrite=overwrite)
     except (RunExistsError, ValueError) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
     first, last = result.eval_rows[0], result.eval_rows[-1]
-    typer.echo(f"validation reward {first['eval/reward']:.3f} -> {last['eval/reward']:.3f} in {result.grpo_steps} "
-               f"GRPO steps ({result.elapsed_s:.1f}s); outputs in {result.run_dir}")
+    typer.echo(f"validation reward ({cfg.prompt}) {first['eval/reward']:.3f} -> {last['eval/reward']:.3f} in "
+               f"{result.grpo_steps} GRPO steps ({result.elapsed_s:.1f}s); outputs in {result.run_dir}")
 
 
 def register(parent: typer.Typer, name: str) -> None:

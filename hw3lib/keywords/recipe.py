@@ -15,9 +15,14 @@ keyword occurs in the response as a whole word (`hw3lib.tasks.rewards.keyword_in
 - **Model**: a `hw3lib.models.nanogpt.GPT` with a word-level tokenizer built from the data's text.
 - **SFT** (`keyword_sft`): the course's SFT loss (hw3lib.maths.sft) on prompt -> answer + EOS for a few
   steps, deliberately short so GRPO has room to improve; cached by its settings like the warm start.
-- **GRPO** (`keyword_config`): `hw3lib.grpo.loop.train` unchanged, prompt kind `keyword` (template
-  `{question}\\n`, stop at a newline or EOS). Reward `keyword_sentence_reward_fn`: the answer part is
-  `keyword_inclusion_reward_fn`, the format part asks for one sentence (see why there).
+- **GRPO** (`keyword_config`): `hw3lib.grpo.loop.train` unchanged, template `{question}\\n`, stop at a
+  newline or EOS. The reward is the course's, `keyword_inclusion_reward_fn` (`reward="inclusion"`,
+  prompt row `keyword`, the default); `reward="sentence"` (prompt row `keyword_sentence`) trains on
+  `keyword_sentence_reward_fn` instead, which pays only a response that is one sentence.
+- **Reward hacking** (hw3lib.keywords.hacking): inclusion alone pays any text that holds the words, and
+  on this model GRPO drifts to run-on keyword lists cut off by the token budget; every validation
+  response is saved, so the hacked share of each run (every keyword, not one sentence) is read back
+  from its samples and the two rewards' runs compared from the same SFT start.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, build_folder_once, cache_dir
-from hw3lib.tasks.keyword_data import PROMPT_KIND, SPLITS, make_keyword_records, read_split, split_records
+from hw3lib.tasks.keyword_data import (KEYWORD_REWARDS, PROMPT_KIND, SPLITS, make_keyword_records, read_split,
+                                       split_records)
 
 def generate_answers(records: Sequence[dict], engine, model_name: str, samples_per_prompt: int = 4,
                      max_tokens: int = 48, seed: int = 0) -> list[dict]:
@@ -187,8 +193,10 @@ def _train_keyword_model(out: Path, data, train: Sequence[dict], every: Sequence
 def keyword_result(cfg, policy, train_records: Sequence[dict], sft_dir: str | Path, result) -> dict:
     """The writeup's `keyword` result (hw3lib.core.writeup_keys) of a finished keyword GRPO run: the own
     model's shape, the data, the validation curve, the first and last sampled training reward, the
-    largest engine/trainer log-prob mismatch, and up to 4 validation samples before and after GRPO."""
+    largest engine/trainer log-prob mismatch, and up to 4 validation samples before and after GRPO.
+    (The reward-hacking comparison with a second run adds hw3lib.keywords.hacking.hacking_result.)"""
     from hw3lib.grpo.results import load_samples
+    from hw3lib.tasks.prompt_table import reward_fn_for
 
     evals, train_rows = result.eval_rows, result.train_rows
     first_reward = {}  # each GRPO step's sampled reward (on its first optimizer-step row)
@@ -199,7 +207,8 @@ def keyword_result(cfg, policy, train_records: Sequence[dict], sft_dir: str | Pa
     mismatches = [row["train/logprob_mismatch_mean_abs"] for row in train_rows
                   if row.get("train/logprob_mismatch_mean_abs") is not None]
     return {
-        "profile": cfg.profile, "model": f"hw3lib.models.nanogpt.GPT ({policy.config.n_layer} layers, "
+        "profile": cfg.profile, "reward_fn": reward_fn_for(cfg.prompt).__name__,
+        "model": f"hw3lib.models.nanogpt.GPT ({policy.config.n_layer} layers, "
         f"width {policy.config.n_embd}, {sum(p.numel() for p in policy.parameters())} parameters)",
         "data_source": sorted({r["source"] for r in train_records}), "n_train": len(train_records),
         "n_validation_used": cfg.n_eval_examples,
@@ -216,11 +225,18 @@ def keyword_result(cfg, policy, train_records: Sequence[dict], sft_dir: str | Pa
 
 # ---- the GRPO run ----------------------------------------------------------------------------------
 
-# The recipe (tuned by hand on 2 shared CPU cores: about 30 s of GRPO on one thread). Rollouts of at most
+# The recipe (tuned by hand on 2 shared CPU cores: 15-30 s of GRPO on one thread). Rollouts of at most
 # 12 tokens (the longest procedural answer is 9 tokens + EOS); 32 prompts x 8 samples per step, two
 # epochs of two optimizer steps each (grpo_clip); lr 1e-3 (5e-4 and 7e-4 reached the same end point,
-# more slowly). Greedy validation reward (200 held-out prompts, standard error ~3 points) after the
-# 400-step SFT -> after 50 GRPO steps: 0.585 -> 0.925, 0.655 -> 0.955, 0.595 -> 0.92 for SFT seeds 0, 1, 2.
+# more slowly). Measured with bench/bench_keyword_reward.py (seed s: data and 400-step SFT of seed s; greedy
+# validation on 200 held-out prompts, standard error ~2-3 points), after SFT -> after 50 GRPO steps:
+# - on the course's keyword_inclusion_reward_fn (the default): 0.585 -> 0.930, 0.735 -> 0.955, 0.705 -> 0.960
+#   for seeds 0, 1, 2 -- and it hacks the reward in all three: the share of responses that hold every keyword
+#   but are not one sentence (run-on keyword lists cut off by the budget, "There is A green cat cat and the
+#   cat cat and the") goes from 0% after SFT to 23%, 29% and 87.5%;
+# - on keyword_sentence_reward_fn (reward="sentence"): 0.585 -> 0.925, 0.735 -> 0.970, 0.705 -> 0.970, with
+#   every final response one sentence (0% hacked). Its share of responses with every keyword, 0.955 +- 0.026
+#   over seeds, matches the course run's 0.948 +- 0.016 (mean +- sd): the gate costs nothing on that measure.
 KEYWORD_GRPO = {
     "name": "keyword_smoke",
     "prompt": PROMPT_KIND,
@@ -242,16 +258,33 @@ KEYWORD_GRPO = {
     "lr_warmup_steps": 4,
     "eval_every": 10,
     "n_eval_examples": 200,
-    "n_eval_samples_saved": 6,
+    "n_eval_samples_saved": 200,  # every validation response: the reward-hacking rates are computed from them
     "checkpoint_every": 10,
 }
 
 
-def keyword_config(model: str | Path, data: str | Path, profile: str | None = None, **overrides):
-    """The GRPOConfig of a keyword run: `KEYWORD_GRPO` on top of the profile's devices, then `overrides`."""
+# The run's default name per reward (the course's reward keeps the recipe's name).
+RUN_NAMES = {"inclusion": KEYWORD_GRPO["name"], "sentence": "keyword_sentence_smoke"}
+
+
+def keyword_prompt_for(reward: str) -> str:
+    """The prompt row (hw3lib.tasks.prompt_table) of a `reward` choice: `inclusion` (the course's
+    `keyword_inclusion_reward_fn`) -> `keyword`, `sentence` (`keyword_sentence_reward_fn`) -> `keyword_sentence`."""
+    if reward not in KEYWORD_REWARDS:
+        raise ValueError(f"reward={reward!r}: choose inclusion (the course's keyword_inclusion_reward_fn, the "
+                         "default) or sentence (keyword_sentence_reward_fn: inclusion in one sentence)")
+    return KEYWORD_REWARDS[reward]
+
+
+def keyword_config(model: str | Path, data: str | Path, profile: str | None = None, reward: str = "inclusion",
+                   **overrides):
+    """The GRPOConfig of a keyword run: `KEYWORD_GRPO` on top of the profile's devices, trained on `reward`
+    (`inclusion`: the course's reward, the default; `sentence`: the one-sentence gate), then `overrides`."""
     from hw3lib.grpo.config import GRPOConfig
 
-    return GRPOConfig.for_profile(profile, **{**KEYWORD_GRPO, "model": str(model), "dataset": str(data), **overrides})
+    chosen = {"prompt": keyword_prompt_for(reward), "name": RUN_NAMES[reward]}
+    return GRPOConfig.for_profile(profile, **{**KEYWORD_GRPO, **chosen, "model": str(model), "dataset": str(data),
+                                              **overrides})
 
 
 def default_data_dir(seed: int = 0) -> Path:
@@ -260,9 +293,11 @@ def default_data_dir(seed: int = 0) -> Path:
 
 
 def prepare_keyword_run(profile: str | None = None, data: str | Path | None = None,
-                        sft: KeywordSFT = KeywordSFT(), verbose: bool = True, **overrides):
+                        sft: KeywordSFT = KeywordSFT(), verbose: bool = True, reward: str = "inclusion",
+                        **overrides):
     """Dataset (procedural in `default_data_dir()` unless `data` names a folder) -> cached SFT -> the
-    GRPOConfig that trains it (pass it to `hw3lib.grpo.loop.train`)."""
+    GRPOConfig that trains it on `reward` (see `keyword_config`; pass it to `hw3lib.grpo.loop.train`)."""
+    keyword_prompt_for(reward)  # an unknown reward fails before the dataset and the SFT are built
     folder = Path(data) if data is not None else write_keyword_dataset(default_data_dir(sft.seed), seed=sft.seed)
     model = keyword_sft(folder, sft, verbose=verbose)
-    return keyword_config(model, folder, profile, **overrides)
+    return keyword_config(model, folder, profile, reward=reward, **overrides)

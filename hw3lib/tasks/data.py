@@ -362,9 +362,18 @@ def available_prompts() -> list[str]:
     return sorted(entry.name[: -len(".prompt")] for entry in folder.iterdir() if entry.name.endswith(".prompt"))
 
 
+# prompt -> the template file it reads, where that is not `prompts/<prompt>.prompt`: the keyword task's two
+# prompt rows (hw3lib.tasks.prompt_table) read one file, so they cannot drift apart in anything but their reward.
+TEMPLATE_OF = {"keyword_sentence": "keyword"}
+
+
 def load_prompt(name: str) -> str:
-    """The template text of prompt `name` (`r1_zero`, `question_only`; `.prompt` suffix optional)."""
+    """The template text of prompt `name` (`r1_zero`, `question_only`, `keyword`; `.prompt` suffix optional).
+
+    A prompt that shares another's template (`keyword_sentence` reads `keyword.prompt`: `TEMPLATE_OF`)
+    gets that template."""
     stem = name[: -len(".prompt")] if name.endswith(".prompt") else name
+    stem = TEMPLATE_OF.get(stem, stem)
     entry = resources.files("hw3lib.tasks").joinpath("prompts").joinpath(f"{stem}.prompt")
     if "/" in stem or "\\" in stem or not entry.is_file():
         raise ValueError(f"unknown prompt {name!r}; available: {', '.join(available_prompts())}")

@@ -1,6 +1,10 @@
-"""The keyword-inclusion task's data: word lists, records, the 80/20 split, reading a dataset folder,
-and the task's reward is hw3lib.tasks.rewards.keyword_sentence_reward_fn. Kept apart from hw3lib.keywords.recipe (the generator, SFT and GRPO recipe) so that
-hw3lib.tasks.data can load the task without importing models or engines.
+"""The keyword-inclusion task's data: word lists, records, the 80/20 split, reading a dataset folder.
+
+Its reward is the course's `keyword_inclusion_reward_fn` (prompt `keyword`, the default) or, as an
+option, `keyword_sentence_reward_fn`, which also asks for one sentence (prompt `keyword_sentence`;
+both in hw3lib.tasks.rewards, rows of hw3lib.tasks.prompt_table). Kept apart from
+hw3lib.keywords.recipe (the generator, SFT and GRPO recipe) so that hw3lib.tasks.data can load the
+task without importing models or engines.
 """
 
 from __future__ import annotations
@@ -12,6 +16,11 @@ from pathlib import Path
 from hw3lib.core.io import DataFileError, iter_jsonl_numbered
 
 PROMPT_KIND = "keyword"
+"""The default prompt row: the course's reward, every keyword as a whole word."""
+SENTENCE_PROMPT_KIND = "keyword_sentence"
+"""The option: the same template, the reward gated on the response being one sentence."""
+KEYWORD_REWARDS = {"inclusion": PROMPT_KIND, "sentence": SENTENCE_PROMPT_KIND}
+"""`--reward` choice -> prompt row (hw3lib.tasks.prompt_table)."""
 SPLITS = ("train", "validation")
 PROCEDURAL = "procedural"
 
@@ -35,7 +44,6 @@ TEMPLATES_3 = (  # {a}: the adjective, {n}, {m}: the nouns
     "I put the {a} {n} next to the {m}.",
     "The {m} and the {a} {n} were there.",
 )
-
 
 
 def keyword_prompt(keywords: Sequence[str]) -> str:

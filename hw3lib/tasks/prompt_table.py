@@ -7,7 +7,13 @@ so a template, its reward and its stop strings cannot drift apart:
 |---|---|---|---|
 | `r1_zero` | `prompts/r1_zero.prompt` | `r1_zero_reward_fn` (tags, then the answer) | `</answer>` |
 | `question_only` | `prompts/question_only.prompt` | `question_only_reward_fn` (last box or number) | EOS or budget |
-| `keyword` | built by `hw3lib.tasks.keyword_data` | `keyword_sentence_reward_fn` (all keywords, one sentence) | end of line |
+| `keyword` | `prompts/keyword.prompt` | `keyword_inclusion_reward_fn` (the course's: all keywords) | end of line |
+| `keyword_sentence` | `prompts/keyword.prompt` | `keyword_sentence_reward_fn` (all keywords, one sentence) | end of line |
+
+The two keyword rows read one template file (`hw3lib.tasks.data.TEMPLATE_OF`) and differ only in the
+reward: `keyword` is the course's definition (the default), `keyword_sentence` adds a one-sentence
+gate against the truncated keyword lists that inclusion alone rewards (hw3lib.keywords.hacking,
+notebook 04 section 8).
 
 $HW3_COURSE_GRADER=path/to/drgrpo_grader.py swaps in the course's own reward functions for the first two
 rows (hw3lib.tasks.course_grader).
@@ -21,7 +27,8 @@ from typing import Callable
 PROMPT_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "r1_zero": ("r1_zero_reward_fn", ("</answer>",)),
     "question_only": ("question_only_reward_fn", ()),
-    "keyword": ("keyword_sentence_reward_fn", ("\n",)),
+    "keyword": ("keyword_inclusion_reward_fn", ("\n",)),
+    "keyword_sentence": ("keyword_sentence_reward_fn", ("\n",)),
 }
 PROMPTS = tuple(PROMPT_TABLE)
 
@@ -34,7 +41,7 @@ def _row(prompt: str) -> tuple[str, tuple[str, ...]]:
 
 def reward_fn_for(prompt: str) -> Callable[[str, str], dict]:
     """The reward function that matches a prompt template (r1_zero's tags, a bare answer, or keyword
-    inclusion in one sentence, whose `gold` is the list of keywords).
+    inclusion -- alone, or in one sentence -- whose `gold` is the list of keywords).
 
     With $HW3_COURSE_GRADER set, the r1_zero and question_only rewards come from that file, the
     student's copy of the course's grader (hw3lib.tasks.course_grader); `hw3lib_reward_fn_for` always

@@ -10,8 +10,9 @@ Rewards return `{"reward", "format_reward", "answer_reward"}` as floats:
   answers: any one suffices).
 - `question_only_reward_fn(response, ground_truth)`: for the question-only prompt; the answer is
   the last `\\boxed{}` or else the last number in the response; format 1 iff one was found.
-- `keyword_inclusion_reward_fn(response, keywords)`: 1 iff every keyword occurs as a whole word,
-  case-insensitively.
+- `keyword_inclusion_reward_fn(response, keywords)`: the course's keyword reward, 1 iff every
+  keyword occurs as a whole word, case-insensitively; `keyword_sentence_reward_fn` (an option)
+  pays it only to a response that `is_one_sentence`.
 
 `answers_equivalent(pred, gold)` decides in two stages:
 
@@ -209,18 +210,24 @@ def keyword_inclusion_reward_fn(response: str, keywords: str | Iterable[str]) ->
     return {"reward": float(found), "format_reward": 1.0, "answer_reward": float(found)}
 
 
-def keyword_sentence_reward_fn(response: str, keywords: str | Iterable[str]) -> dict[str, float]:
-    """The keyword task's reward: `keyword_inclusion_reward_fn` (answer) for a response that is one sentence (format).
+def is_one_sentence(response: Any) -> bool:
+    """A single sentence: non-empty once stripped, ending with `.`, `!` or `?` and holding no other one
+    (nor a line break)."""
+    text = response.strip() if isinstance(response, str) else ""
+    return bool(text) and text[-1] in ".!?" and not any(mark in text[:-1] for mark in ".!?\n")
 
-    format_reward = 1 iff the response is a single sentence: non-empty, ending with `.`, `!` or `?`
-    and holding no other one. reward = format x answer. Why the format part: with inclusion alone,
-    GRPO on the small model learns run-on word lists ("I cup and the busy house and the cup and
-    the") that hit the token budget and happen to contain the keywords -- the task asks for a
-    sentence, and a cut-off list is not one.
+
+def keyword_sentence_reward_fn(response: str, keywords: str | Iterable[str]) -> dict[str, float]:
+    """An option beyond the course: `keyword_inclusion_reward_fn` (answer) for one sentence (format).
+
+    format_reward = 1 iff `is_one_sentence(response)`; reward = format x answer. Why the format
+    part: with inclusion alone (the course's reward), GRPO on the small model drifts to run-on
+    keyword lists ("There is A green cat cat and the cat cat and the") that hit the token budget and
+    contain the keywords -- the task asks for a sentence, and a cut-off list is not one (measured in
+    hw3lib.keywords.hacking and notebook 04).
     """
     answer = keyword_inclusion_reward_fn(response, keywords)["answer_reward"]
-    text = response.strip() if isinstance(response, str) else ""
-    sentence = float(bool(text) and text[-1] in ".!?" and not any(mark in text[:-1] for mark in ".!?\n"))
+    sentence = float(is_one_sentence(response))
     return {"reward": sentence * answer, "format_reward": sentence, "answer_reward": answer}
 
 

@@ -39,7 +39,8 @@ def test_the_environment_variable_swaps_the_reward(lax_grader):
     assert r1_zero_reward_fn(unformatted_but_closed, "4")["reward"] == 0.0
     assert hw3lib_reward_fn_for("r1_zero") is r1_zero_reward_fn
     # the keyword task is ours alone; a prompt the file does not define is refused by name
-    assert reward_fn_for("keyword").__name__ == "keyword_sentence_reward_fn"
+    assert reward_fn_for("keyword").__name__ == "keyword_inclusion_reward_fn"
+    assert reward_fn_for("keyword_sentence").__name__ == "keyword_sentence_reward_fn"
     with pytest.raises(CourseGraderError, match="question_only_reward_fn"):
         reward_fn_for("question_only")
 

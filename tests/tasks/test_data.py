@@ -369,6 +369,18 @@ def test_r1_zero_prompt_text_is_exact():
     assert load_prompt("question_only") == "{question}"
 
 
+def test_the_keyword_rows_share_one_template_and_stop_and_differ_in_the_reward():
+    from hw3lib.tasks.prompt_table import hw3lib_reward_fn_for, stop_strings_for
+
+    assert load_prompt("keyword") == load_prompt("keyword_sentence") == "{question}\n"
+    assert format_prompt("keyword_sentence", "Write a sentence that includes the words: red, cup.") == (
+        "Write a sentence that includes the words: red, cup.\n")
+    assert stop_strings_for("keyword") == stop_strings_for("keyword_sentence") == ("\n",)
+    # the handout fixes the keyword reward: `keyword` is the course's inclusion check, the gate an option
+    assert hw3lib_reward_fn_for("keyword").__name__ == "keyword_inclusion_reward_fn"
+    assert hw3lib_reward_fn_for("keyword_sentence").__name__ == "keyword_sentence_reward_fn"
+
+
 def test_unknown_prompt_lists_available_names():
     with pytest.raises(ValueError, match="available: keyword, question_only, r1_zero"):
         load_prompt("r2_zero")
