@@ -144,3 +144,26 @@ def test_load_weights_updates_the_running_engine(engine, hf_engine, prompts):
     assert [s[0].token_ids for s in engine.generate(prompts, greedy)] == expected
     engine.load_weights(original.state_dict().items())
     assert [s[0].token_ids for s in engine.generate(prompts, greedy)] == before
+
+
+def test_a_cached_prefix_does_not_keep_old_weights(engine, hf_engine, prompts):
+    """vLLM caches the KV of prompt prefixes across calls. `load_weights` resets that cache: without the
+    reset the same prompts would be continued from KV computed with the old weights (the negative
+    control below shows it), with it the outputs are the new model's."""
+    greedy = SamplingConfig(temperature=0, max_tokens=24, stop=())
+    assert engine.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching  # the hazard exists
+    original = hf_engine.model
+    perturbed = perturbed_copy(original).eval()
+    expected = [reference_greedy(perturbed, hf_engine.tokenizer, p, 24) for p in prompts]
+    engine.generate(prompts, greedy)  # the prompts' prefixes are now cached under the original weights
+    reset = engine.llm.reset_prefix_cache
+    try:
+        engine.llm.reset_prefix_cache = lambda: True  # the push without its reset
+        engine.load_weights(perturbed.state_dict())
+        stale = [s[0].token_ids for s in engine.generate(prompts, greedy)]
+    finally:
+        engine.llm.reset_prefix_cache = reset
+    assert stale != expected  # old prompt KV, new weights: neither model's output
+    engine.load_weights(perturbed.state_dict())  # the real push: weights and a cleared cache
+    assert [s[0].token_ids for s in engine.generate(prompts, greedy)] == expected
+    engine.load_weights(original.state_dict())
