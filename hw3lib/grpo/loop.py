@@ -283,15 +283,14 @@ class GRPOLearner(TrainingRun):
 
     def __init__(self, cfg: GRPOConfig, run_dir: Path, checkpoint: Path | None, eval_records: Sequence[dict],
                  callback: Callable[[dict], None] | None = None) -> None:
-        from hw3lib.models.load import initial_policy_source, load_model_and_tokenizer
+        from hw3lib.models.load import initial_policy_source, load_model_and_tokenizer, load_training_policy
 
         self.eval_records, self.callback = eval_records, callback
         self.warned: set[str] = set()  # the health checks (hw3lib.grpo.health) that have warned in this process
         self.reward_fn = reward_fn_for(cfg.prompt)
         self.initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
         # float32 master weights whatever cfg.dtype says: the low precision is autocast's (hw3lib.grpo.step).
-        policy, tokenizer = load_model_and_tokenizer(policy_source(checkpoint, self.initial_model),
-                                                     device=cfg.policy_device, dtype="float32")
+        policy, tokenizer = load_training_policy(policy_source(checkpoint, self.initial_model), cfg)
         self.reference = None
         if cfg.monitor_kl:  # only then: a second copy of the model costs memory (frozen, so low precision is fine)
             self.reference, _ = load_model_and_tokenizer(str(self.initial_model), device=cfg.policy_device,

@@ -86,6 +86,8 @@ def response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor, ret
     if not temperature > 0:
         raise ValueError(f"temperature={temperature} must be > 0 (the rollouts' sampling temperature)")
     keep = labels.shape[1]
+    if getattr(model, "is_gradient_checkpointing", False) and model.training:
+        shared_prefix = 0  # checkpointed layers run without a KV cache (transformers turns it off): full forward
     if shared_prefix and not bool((input_ids[:, :shared_prefix] == input_ids[:1, :shared_prefix]).all()):
         raise ValueError(f"the rows do not share their first shared_prefix={shared_prefix} tokens")
 

@@ -54,6 +54,29 @@ def load_model_and_tokenizer(name_or_path: str = TINY, device: str = "cpu", dtyp
     return load_resolved(*resolve(name_or_path), device=device, dtype=dtype)
 
 
+def load_training_policy(source: str, cfg):
+    """The policy a run trains: float32 master weights on `cfg.policy_device` (the low precision is
+    autocast's), with gradient checkpointing when `cfg.gradient_checkpointing`. Returns (policy, tokenizer)."""
+    policy, tokenizer = load_model_and_tokenizer(source, device=cfg.policy_device, dtype="float32")
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+    return policy, tokenizer
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Keep only each decoder layer's input in the forward pass and recompute the layer in the backward one:
+    activation memory falls from O(layers x tokens x width) to about one layer's, for ~1/3 more compute.
+
+    Non-reentrant checkpointing (works with inputs that do not require gradients and with autocast).
+    Only transformers models have it; hw3lib's own transformer is small enough not to need it.
+    """
+    if not hasattr(model, "gradient_checkpointing_enable"):
+        raise ValueError(f"gradient_checkpointing=True: {type(model).__name__} does not support it (only "
+                         "transformers models do); set gradient_checkpointing=False")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False  # a KV cache is useless in training and conflicts with recomputation
+
+
 def initial_policy_source(cfg) -> str:
     """Where a run's initial policy loads from: `cfg.model` resolved, or its SFT warm start on arithmetic
     (cached; `cfg.warm_start_steps` > 0)."""

@@ -164,7 +164,7 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
     "rollouts", "scores", "kept"}` (the round's samples, their rewards and the kept indices).
     """
     from hw3lib.generation import policy_weights_for_engine, training_engine
-    from hw3lib.models.load import initial_policy_source, load_model_and_tokenizer
+    from hw3lib.models.load import initial_policy_source, load_training_policy
     from hw3lib.tasks.data import load_task
     from hw3lib.tasks.prompt_table import reward_fn_for
 
@@ -174,8 +174,7 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
     train_records, eval_records = load_task(cfg)
     reward_fn = reward_fn_for(cfg.prompt)
     initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
-    policy, tokenizer = load_model_and_tokenizer(policy_source(checkpoint, initial_model), device=cfg.policy_device,
-                                                 dtype="float32")
+    policy, tokenizer = load_training_policy(policy_source(checkpoint, initial_model), cfg)  # float32 masters
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
                       fresh_state={"round": 0, "step": 0, "rollouts": 0, "elapsed_s": 0.0})
     engine = training_engine(cfg, policy, tokenizer, initial_model)

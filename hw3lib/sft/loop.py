@@ -324,7 +324,7 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     from tqdm.auto import tqdm
 
     from hw3lib.generation import training_engine
-    from hw3lib.models.load import load_model_and_tokenizer
+    from hw3lib.models.load import load_training_policy
     from hw3lib.tasks.data import load_task
     from hw3lib.tasks.prompt_table import reward_fn_for
 
@@ -337,8 +337,7 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     reward_fn = reward_fn_for(cfg.prompt)
     pool = read_sft_file(cfg.sft_file) if cfg.sft_file else build_traces(train_records, cfg.prompt)
     traces, trace_info = select_traces(pool, cfg, reward_fn)
-    policy, tokenizer = load_model_and_tokenizer(policy_source(checkpoint, cfg.model), device=cfg.policy_device,
-                                                 dtype="float32")
+    policy, tokenizer = load_training_policy(policy_source(checkpoint, cfg.model), cfg)  # float32 masters
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
                       fresh_state={"step": 0, "skipped_steps": 0, "elapsed_s": 0.0})
     atomic_write_json(run_dir / TRACES_FILE, {**trace_info, "examples": traces[:4]})
