@@ -17,6 +17,7 @@ keep the base's microbatch: `gradient_accumulation_steps` scales with `train_bat
 | `sync_strategy` | colocated (one device): one optimizer step per rollout batch vs several epochs per batch |
 | `kl_drift` | the base with `monitor_kl=True` (k1 and k3 to the frozen initial policy, logged per step) |
 | `leaderboard` | the best settings the grids found (full: MATH with the profile's MATH model; smoke: the smoke task) |
+| `algorithms` | beyond the handouts: GRPO (clipped), Dr. GRPO, DAPO, GSPO, CISPO and GRPO with token-level MIS, from the same off-policy base (`hw3lib.grpo.config.ALGORITHMS`) |
 
 The base (`common_base`) is the profile's recipe. Full: the course's baseline and sizes --
 `reinforce_with_baseline`, std normalization, `masked_mean`, on-policy (one epoch, one optimizer
@@ -180,6 +181,19 @@ def _loss(base: GRPOConfig, loss_type: str) -> dict:
     return {} if base.loss_type == loss_type else {"loss_type": loss_type}
 
 
+def _algorithms(base: GRPOConfig, choices: dict) -> dict[str, dict]:
+    """Each named recipe on the same base, and the course's clipped GRPO with masked importance sampling.
+    `grpo` is the base itself when the base already holds that recipe (then its run is shared with the
+    other grids' base runs)."""
+    from hw3lib.grpo.config import ALGORITHMS
+
+    points = {name: {"algorithm": name, **recipe} for name, recipe in ALGORITHMS.items()}
+    if all(getattr(base, key) == value for key, value in ALGORITHMS["grpo"].items()):
+        points["grpo"] = {}
+    points["grpo_mis"] = {**points["grpo"], "mis": "token"}
+    return {label: {k: v for k, v in change.items() if getattr(base, k) != v} for label, change in points.items()}
+
+
 def _need(choices: dict, key: str, grid: str, what: str):
     if key not in choices:
         raise ValueError(f"grid {grid!r} needs choices[{key!r}]: {what}; run_sweep({grid!r}) finds it from the "
@@ -217,12 +231,16 @@ GRIDS: dict[str, tuple[str, str, Callable[[GRPOConfig, dict], dict[str, dict]], 
     "leaderboard": ("The best settings the grids found, as one preset.", "best", _leaderboard,
                     ("learning_rate", "baselines", "length_normalization", "std_normalization", "off_policy_focused",
                      "clip_ablation")),
+    "algorithms": ("Beyond the handouts: which of the 2025 GRPO variants learns best from the same start?", "grpo",
+                   _algorithms, ()),
 }
 
 
 def grid_base(name: str, profile: str | None = None, steps: int | None = None) -> GRPOConfig:
     """The config a grid's changes apply to: `common_base`, with the grid's own adjustments."""
     base = common_base(profile, steps)
+    if name == "algorithms" and not base.off_policy:  # the ratio losses differ only off-policy (else r = 1)
+        base = base.replace(**off_policy_settings(base, 2, base.rollout_batch_size // 4))
     if name == "off_policy":  # broad sweep: short runs
         base = base.replace(n_grpo_steps=max(1, round(base.n_grpo_steps * BROAD_FRACTION[base.profile])))
     if name == "leaderboard" and base.profile == "full":  # MATH ($HW3_MATH_DATA) with the profile's MATH model

@@ -33,7 +33,7 @@ from hw3lib.core.io import runs_dir
 # Every grid, in the order they are started: the common base first (std_normalization trains it while
 # off_policy trains the schedules it does not share), long grids early, the dependent ones last.
 ORDER = ("std_normalization", "off_policy", "learning_rate", "baselines", "length_normalization", "prompt",
-         "kl_drift", "off_policy_focused", "sync_strategy", "clip_ablation", "leaderboard")
+         "kl_drift", "off_policy_focused", "sync_strategy", "clip_ablation", "leaderboard", "algorithms")
 
 
 class SweepWorkerError(RuntimeError):

@@ -456,7 +456,7 @@ ANSWERS: dict[str, Callable[[Facts], list[str]]] = {
     "length_normalization": _answer_length_normalization, "std_normalization": _answer_std_normalization,
     "off_policy": _answer_off_policy, "off_policy_focused": _answer_off_policy, "clip_ablation": _answer_clip_ablation,
     "prompt": _answer_prompt, "sync_strategy": _answer_sync_strategy, "kl_drift": _answer_kl_drift,
-    "leaderboard": _answer_leaderboard,
+    "leaderboard": _answer_leaderboard, "algorithms": _answer_generic,
 }
 
 

@@ -39,6 +39,7 @@ GRID_SECTIONS = {
     "sync_strategy": "Colocated sync strategy: one step vs several epochs per rollout batch",
     "kl_drift": "KL drift from the initial policy",
     "leaderboard": "Leaderboard run",
+    "algorithms": "Beyond the handouts: GRPO, Dr. GRPO, DAPO, GSPO, CISPO and MIS from one start",
 }
 # Every top-level section of writeup.pdf in order, with the notebook (number) whose run fills it.
 SECTIONS: tuple[tuple[str, str], ...] = (

@@ -27,7 +27,9 @@ NAMED = {"learning_rate": {"learning_rate"}, "baselines": {"loss_type"},
          "std_normalization": {"use_std_normalization"},
          "off_policy": OFF_POLICY, "off_policy_focused": OFF_POLICY, "clip_ablation": OFF_POLICY,
          "prompt": {"prompt", "model", "warm_start_steps"}, "sync_strategy": OFF_POLICY, "kl_drift": {"monitor_kl"},
-         "leaderboard": {"learning_rate", "use_std_normalization"}}
+         "leaderboard": {"learning_rate", "use_std_normalization"},
+         "algorithms": {"algorithm", "loss_type", "use_std_normalization", "length_normalization", "clip_low",
+                        "clip_high", "mis"}}
 
 
 @pytest.fixture(autouse=True)
@@ -281,3 +283,22 @@ def test_run_sweep_runs_the_grids_a_grid_needs_and_passes_on_their_winners(monke
     best = result.grid.configs["best"]
     assert (best.learning_rate, best.loss_type, best.epochs_per_rollout_batch, best.train_batch_size,
             best.use_std_normalization) == (3e-5, "grpo_no_clip", 4, 256, True)
+
+
+def test_the_algorithms_grid_runs_each_recipe_from_one_off_policy_base():
+    from hw3lib.grpo.config import ALGORITHMS
+
+    for profile in ("smoke", "full"):
+        grid = build_grid("algorithms", profile)
+        assert grid.reference == "grpo" and grid.base.off_policy  # ratio losses differ from REINFORCE only off-policy
+        assert list(grid.configs) == [*ALGORITHMS, "grpo_mis"]
+        for label, cfg in grid.configs.items():
+            recipe = ALGORITHMS["grpo" if label == "grpo_mis" else label]
+            assert all(getattr(cfg, k) == v for k, v in recipe.items())
+            # the base holds the course's clipped GRPO, so that row is the base run itself (shared with other grids)
+            assert cfg.algorithm == (None if label in ("grpo", "grpo_mis") else label)
+            assert cfg.mis == ("token" if label == "grpo_mis" else None)
+            # everything else is the base's
+            assert cfg.learning_rate == grid.base.learning_rate and cfg.n_grpo_steps == grid.base.n_grpo_steps
+    full = build_grid("algorithms", "full").base
+    assert (full.epochs_per_rollout_batch, full.train_batch_size) == (2, 64)  # the course's base, made off-policy
