@@ -2,9 +2,16 @@
 
 Two back ends, chosen by `create(memory_bytes, backend)`:
 
-* "v2" (the unified hierarchy): a child of this process's cgroup with `memory.max`,
-  `memory.swap.max` = 0 and `pids.max`, where the memory and pids controllers are enabled for
-  this cgroup's children (or can be); killed through `cgroup.kill` where the kernel has it.
+* "v2" (the unified hierarchy): a fresh cgroup with `memory.max`, `memory.swap.max` = 0 and
+  `pids.max`; killed through `cgroup.kill` where the kernel has it. Where it goes is set by v2's
+  "no internal processes" rule: a cgroup other than the root that holds processes (ours does: we
+  run in it) cannot enable controllers for its children (writing `cgroup.subtree_control` fails
+  with EBUSY). So the run's cgroup is a child of this process's cgroup only where that cgroup
+  already enables memory and pids for its children or is the hierarchy's root (exempt from the
+  rule); otherwise it is a *sibling*, a child of the parent cgroup, which already enables both
+  (that is what makes them appear in our own `cgroup.controllers`). Moving the sandbox there needs
+  write access to the parent's `cgroup.procs` (root, or a delegated subtree such as a systemd
+  user session's app.slice). We never move the evaluator itself or anyone else's processes.
 * "v1": a child in this process's cgroup of the `pids` hierarchy (`pids.max`) and, where mounted,
   the `memory` one (`memory.limit_in_bytes`).
 
@@ -25,6 +32,8 @@ from pathlib import Path
 ENV = "HW3_KISSING_CGROUP"
 BACKENDS = ("auto", "v1", "v2", "off")
 MOUNT_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF = Path("/proc/self")  # tests point this at a fake /proc/self (cgroup, mountinfo)
+V2_CONTROLLERS = {"memory", "pids"}
 _names = count()
 
 
@@ -98,15 +107,15 @@ def create(memory_bytes: int, max_processes: int, backend: str = "auto") -> Cgro
 
 
 def _delegated() -> bool:
-    """A non-root user may own (be delegated) its v2 cgroup, e.g. a systemd user session."""
-    base = _v2_dir()
-    return base is not None and os.access(base / "cgroup.procs", os.W_OK)
+    """A non-root user may own (be delegated) a v2 subtree, e.g. a systemd user session's app.slice."""
+    parent = _v2_parent()
+    return parent is not None and os.access(parent / "cgroup.procs", os.W_OK)
 
 
 def _own_path(hierarchy: str) -> str | None:
     """This process's cgroup path in the v1 hierarchy naming `hierarchy`, or in v2 for "" ."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = (PROC_SELF / "cgroup").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
@@ -116,36 +125,55 @@ def _own_path(hierarchy: str) -> str | None:
     return None
 
 
-def _v2_dir() -> Path | None:
-    """This process's folder in the unified (v2) hierarchy, wherever it is mounted."""
+def _v2_dirs() -> tuple[Path, Path] | None:
+    """(the unified hierarchy's mount point, this process's folder in it), or None without v2."""
     path = _own_path("")
     if path is None:
         return None
     try:
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        mounts = (PROC_SELF / "mountinfo").read_text().splitlines()
     except OSError:
         return None
     for line in mounts:
         fields = line.split(" - ")
         if len(fields) == 2 and fields[1].split()[0] == "cgroup2":
-            base = Path(line.split()[4]) / path
-            return base if base.is_dir() else None
+            root = Path(line.split()[4])
+            own = root / path
+            return (root, own) if own.is_dir() else None
+    return None
+
+
+def _controllers(path: Path, file: str) -> set[str]:
+    try:
+        return set((path / file).read_text().split())
+    except OSError:
+        return set()
+
+
+def _v2_parent() -> Path | None:
+    """The v2 cgroup under which the run's cgroup can get memory and pids caps (see the module docstring)."""
+    dirs = _v2_dirs()
+    if dirs is None:
+        return None
+    root, own = dirs
+    if V2_CONTROLLERS <= _controllers(own, "cgroup.subtree_control"):
+        return own
+    if own == root and V2_CONTROLLERS <= _controllers(own, "cgroup.controllers"):
+        try:  # the root is exempt from the no-internal-processes rule: enabling is allowed
+            (own / "cgroup.subtree_control").write_text("+memory +pids")
+            return own
+        except OSError:
+            return None  # e.g. a container's namespace root, which is not the host's root
+    if own != root and V2_CONTROLLERS <= _controllers(own, "cgroup.controllers"):
+        return own.parent  # our parent enables both for its children: a sibling of ours gets them
     return None
 
 
 def _create_v2(name: str, memory_bytes: int, max_processes: int) -> Cgroup | None:
-    base = _v2_dir()
-    if base is None:
+    parent = _v2_parent()
+    if parent is None:
         return None
-    try:
-        available = (base / "cgroup.controllers").read_text().split()
-        if not {"memory", "pids"} <= set(available):
-            return None
-        if not {"memory", "pids"} <= set((base / "cgroup.subtree_control").read_text().split()):
-            (base / "cgroup.subtree_control").write_text("+memory +pids")  # EBUSY where base has processes
-    except OSError:
-        return None
-    path = base / name
+    path = parent / name
     group = Cgroup("v2", [path], memory=True, pids=True)
     try:
         path.mkdir()
