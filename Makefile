@@ -46,11 +46,15 @@ sandbox-tools:
 
 setup: $(VENV)/.installed sandbox-tools
 
+# Tests never touch a workbook's results: pytest sends every output to a temporary folder (tests/conftest.py), and
+# the notebooks run under hw3lib.workbook.isolated, which points HW3_OUTPUT_DIR and HW3_RUNS_DIR at a fresh
+# temporary folder and removes it afterwards; runs/, figures/ and writeup/ stay as they were.
 test: setup
 	$(PY) -m pytest -q tests/
 	# HW3_NOTEBOOK_SHORT=1: notebook 05 runs its grids, SFT and EI in a shorter setting (CI budget);
 	# `make workbook` runs the informative one.
-	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks/
+	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 $(PY) -m hw3lib.workbook.isolated \
+		$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks/
 
 workbook: setup
 	$(PY) -m hw3lib.workbook.run

@@ -1,7 +1,10 @@
-"""Shared pytest set-up: point the data loaders at ../shared/data and keep the hub offline.
+"""Shared pytest set-up: point the data loaders at ../shared/data, keep the hub offline, and send every
+output to a temporary folder.
 
 The repository is cloned with `../shared` beside it (CI and developer machines); tests never
-reach the network.
+reach the network, and never write to the checkout's runs/, figures/ or writeup/ (a workbook's results):
+`_outputs_in_tmp` points $HW3_OUTPUT_DIR and $HW3_RUNS_DIR (hw3lib.core.io.isolated_output_env) at a
+session-wide temporary folder; tests that need their own still set HW3_RUNS_DIR per test.
 """
 
 from __future__ import annotations
@@ -32,3 +35,14 @@ def tiny_model_dir() -> Path:
     from hw3lib.models.tiny import tiny_model_path
 
     return tiny_model_path()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _outputs_in_tmp(tmp_path_factory):
+    """Every run, figure and writeup a test makes lands in a temporary folder, not in the checkout."""
+    from hw3lib.core.io import isolated_output_env
+
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in isolated_output_env(tmp_path_factory.mktemp("outputs")).items():
+            patch.setenv(key, value)
+        yield

@@ -87,6 +87,22 @@ class RunConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers
     models): much less activation memory for about a third more compute. Same gradients (tested)."""
+    lora_rank: int = 0
+    """Beyond the handouts: the rank r of LoRA adapters trained instead of the whole model (peft; hw3lib.models.lora);
+    0: full fine-tuning. The base weights stay frozen (AdamW holds moments for the adapters only), the rollout
+    engine receives the merged weights W + (lora_alpha / r) B A after each step, and checkpoints hold the adapter
+    only. LoRA usually wants a larger learning_rate than full fine-tuning (~10x is a common starting point)."""
+    lora_alpha: int = 32
+    """LoRA's scale numerator: the adapter's update is multiplied by lora_alpha / lora_rank. 32 is the common
+    alpha = 2 x rank at rank 16 (scale 2); kept fixed when sweeping the rank, so a larger rank takes smaller steps."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapters' input during training. 0 (the default) keeps the training log-probs those of the
+    weights the engine samples with (the ratio is exactly 1 on-policy); dropout would make them noisy."""
+    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj")
+    """Names of the linear layers that get adapters (peft's `target_modules`): every attention and MLP projection
+    of a Qwen/Llama-style decoder layer (adapting the MLPs as well as attention is what brings LoRA close to full
+    fine-tuning: Schulman et al., 2025, "LoRA Without Regret"); the embeddings and the output head stay frozen."""
     max_grad_norm: float = 1.0
     """Gradient clipping threshold on the global L2 norm."""
     train_batch_size: int = 256
@@ -158,6 +174,13 @@ class RunConfig:
         need(self.learning_rate > 0 and self.max_grad_norm > 0,
              f"learning_rate={self.learning_rate} and max_grad_norm={self.max_grad_norm} must be > 0")
         need(self.checkpoint_every >= 0, f"checkpoint_every={self.checkpoint_every} must be >= 0")
+        need(isinstance(self.lora_rank, int) and self.lora_rank >= 0,
+             f"lora_rank={self.lora_rank!r} must be an int >= 0 (0: full fine-tuning)")
+        need(self.lora_alpha > 0 and 0.0 <= self.lora_dropout < 1.0,
+             f"lora_alpha={self.lora_alpha} must be > 0 and lora_dropout={self.lora_dropout} in [0, 1)")
+        need(isinstance(self.lora_target_modules, tuple) and len(self.lora_target_modules) > 0
+             and all(isinstance(name, str) and name for name in self.lora_target_modules),
+             f"lora_target_modules={self.lora_target_modules!r} must be a non-empty tuple of module names")
         need(self.eval_temperature >= 0, f"eval_temperature={self.eval_temperature} must be >= 0 (0: greedy)")
         need(0.0 < self.gpu_memory_utilization <= 1.0,
              f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
@@ -179,8 +202,21 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
-        """The whole config, one `field = value` per line (printed at the start of every run)."""
+        """The whole config, one `field = value` per line (saved with every run as config.json)."""
         return "\n".join(f"  {key} = {value!r}" for key, value in self.to_dict().items())
+
+    def describe_changes(self) -> str:
+        """The settings that differ from this class's profile recipe (`for_profile(self.profile)`), one
+        `field = value (recipe: ...)` per line: what a run's start prints (its whole config is in config.json)."""
+        try:
+            base = type(self).for_profile(self.profile).to_dict()
+        except (ValueError, TypeError):  # a class or profile without a recipe: the field defaults instead
+            base = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
+        settable = {f.name for f in dataclasses.fields(self) if f.init} - {"name"}  # derived values follow
+        changed = [f"  {key} = {value!r} (recipe: {base[key]!r})" for key, value in self.to_dict().items()
+                   if key in settable and key in base and base[key] != value]
+        return "\n".join([f"  settings that differ from the {self.profile} profile's {type(self).__name__} recipe:"]
+                         + (changed or ["  (none)"]))
 
     @classmethod
     def from_dict(cls, data: dict):
@@ -191,8 +227,9 @@ class RunConfig:
             raise ValueError(f"{cls.__name__}.from_dict: unknown fields {sorted(unknown)}; "
                              "was the config saved by a different version of hw3lib?")
         kwargs = {key: value for key, value in data.items() if key in init_fields}
-        if "adam_betas" in kwargs:
-            kwargs["adam_betas"] = tuple(kwargs["adam_betas"])  # JSON turns the tuple into a list
+        for name in ("adam_betas", "lora_target_modules"):
+            if name in kwargs:
+                kwargs[name] = tuple(kwargs[name])  # JSON turns the tuple into a list
         return cls(**kwargs)
 
     @classmethod

@@ -39,13 +39,50 @@ def cache_dir() -> Path:
     return path
 
 
+OUTPUT_ENV = "HW3_OUTPUT_DIR"
+"""Where the workbook's outputs go (`runs/`, `figures/`, `writeup/`'s PDF); default: the checkout."""
+RUNS_ENV = "HW3_RUNS_DIR"
+"""Where runs go when set (overrides `$HW3_OUTPUT_DIR/runs`)."""
+
+
+def output_root() -> Path:
+    """The folder holding the workbook's outputs -- `runs/`, `figures/`, `writeup/writeup.pdf` -- read here
+    only: $HW3_OUTPUT_DIR, else the checkout (`project_root()`). `make test` and pytest point it at a
+    temporary folder (`isolated_output_env`), so tests never touch a workbook's results."""
+    env = os.environ.get(OUTPUT_ENV)
+    return Path(env) if env else project_root()
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """`path` as printed in notebook outputs and logs: relative to the runs folder's parent, the output root,
+    the checkout or the cache ($HW3_CACHE_DIR/...), so stored outputs never carry a machine's absolute path."""
+    path = Path(path)
+    runs = Path(os.environ.get(RUNS_ENV) or output_root() / "runs")
+    bases = ((runs.parent, ""), (output_root(), ""), (project_root(), ""),
+             (Path(os.environ.get("HW3_CACHE_DIR", Path.home() / ".cache" / "hw3lib")), "$HW3_CACHE_DIR/"))
+    for base, prefix in bases:
+        try:
+            return prefix + str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(path) if not path.is_absolute() else ".../" + "/".join(path.parts[-2:])
+
+
+def isolated_output_env(folder: str | os.PathLike) -> dict[str, str]:
+    """The environment that sends every output (runs, figures, writeup) under `folder` instead of the
+    checkout: what `make test`'s notebooks (`python -m hw3lib.workbook.isolated`) and pytest
+    (tests/conftest.py) run with."""
+    folder = Path(folder).resolve()
+    return {OUTPUT_ENV: str(folder), RUNS_ENV: str(folder / "runs")}
+
+
 def runs_dir() -> Path:
-    """Where runs write their outputs: $HW3_RUNS_DIR or <project>/runs, and for a course other than the
-    default one ($HW3_COURSE, hw3lib.core.course) its own subfolder (`runs/math-qwen2.5/`), so the two
-    courses' runs, which share names, never meet in one folder."""
+    """Where runs write their outputs: $HW3_RUNS_DIR, else `output_root()`/runs (<project>/runs), and for a
+    course other than the default one ($HW3_COURSE, hw3lib.core.course) its own subfolder
+    (`runs/math-qwen2.5/`), so the two courses' runs, which share names, never meet in one folder."""
     from hw3lib.core.course import DEFAULT_COURSE, default_course_name
 
-    path = Path(os.environ.get("HW3_RUNS_DIR", project_root() / "runs"))
+    path = Path(os.environ.get(RUNS_ENV) or output_root() / "runs")
     if default_course_name() != DEFAULT_COURSE:
         path = path / default_course_name()
     path.mkdir(parents=True, exist_ok=True)
@@ -53,8 +90,8 @@ def runs_dir() -> Path:
 
 
 def figures_dir() -> Path:
-    """Where notebooks export their plots: <project>/figures."""
-    path = project_root() / "figures"
+    """Where notebooks export their plots and the writeup's JSON: `output_root()`/figures (<project>/figures)."""
+    path = output_root() / "figures"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

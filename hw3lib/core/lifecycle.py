@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir
+from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_path
 from hw3lib.core.runs import (METRICS_FILE, WandbLink, config_differences, delete_outputs, has_outputs,
                               latest_checkpoint, load_checkpoint, metrics_rows, refuse_existing, rng_state,
                               save_checkpoint, seed_everything)
@@ -134,7 +134,8 @@ def open_run(run_dir: Path, cfg, resume: bool, overwrite: bool) -> tuple[Path | 
 
 
 def policy_source(checkpoint: Path | None, initial: str) -> str:
-    """Where the policy loads from: the checkpoint's float32 weights, or the initial model."""
+    """Where the policy loads from: the checkpoint's float32 weights (a LoRA run's: its adapter, which
+    hw3lib.models.load.load_training_policy loads onto the initial model), or the initial model."""
     return str(checkpoint / "policy") if checkpoint is not None else str(initial)
 
 
@@ -226,7 +227,7 @@ class TrainingRun:
         saved = save_checkpoint(self.run_dir, self.policy, self.tokenizer, self.optimizer, self.boundary["state"],
                                 self.boundary["rng"], partial_step=self.boundary["weights_changed"],
                                 step=self.boundary["state"][self.counter])
-        print(f"interrupted: checkpoint saved to {saved}; continue with resume=True", flush=True)
+        print(f"interrupted: checkpoint saved to {shown_path(saved)}; continue with resume=True", flush=True)
         return saved
 
     def close(self) -> None:
@@ -251,7 +252,8 @@ def begin_run(kind: str, cfg, resume: bool, overwrite: bool) -> tuple[Path, Path
 
 def start_message(kind: str, cfg, run_dir: Path) -> None:
     """Print where the run goes and its whole config (every run starts with this)."""
-    print(f"{kind} run '{cfg.name}' -> {run_dir}\n{cfg.describe()}", flush=True)
+    print(f"{kind} run '{cfg.name}' -> {shown_path(run_dir)} (whole config: config.json there)\n"
+          f"{cfg.describe_changes()}", flush=True)
 
 
 def reuse_message(cfg, run_dir: Path) -> None:

@@ -9,9 +9,9 @@ checkpoints is either
   another `name`, or an explicit `overwrite=True` (the only path that deletes outputs).
 
 Checkpoints `checkpoints/step_XXXXXX/` hold the policy (its float32 master weights, via
-`save_pretrained`), the optimizer state, the step counters, the RNG states, a copy of
-`metrics.jsonl` and `config.json`; each is written to a temporary folder and renamed into place,
-then `checkpoints/latest` is pointed at it and older ones are removed.
+`save_pretrained`; a LoRA run's adapter only, hw3lib.models.lora), the optimizer state, the step
+counters, the RNG states, a copy of `metrics.jsonl` and `config.json`; each is written to a temporary
+folder and renamed into place, then `checkpoints/latest` is pointed at it and older ones are removed.
 
 wandb (optional): the run's id is kept in `wandb.json` with how many metrics rows were sent, so a
 resumed run continues the same wandb run and never sends a row twice (rows redone after a resume
@@ -126,7 +126,10 @@ def save_checkpoint(run_dir: Path, policy, tokenizer, optimizer, state: dict, rn
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{state['grpo_step'] if step is None else step:06d}"
     staging = root / f".tmp-{name}-{time.time_ns()}"
-    policy.save_pretrained(staging / "policy")
+    # A LoRA policy (a peft model, hw3lib.models.lora) saves its adapter only: the base never changes. Not the
+    # embeddings: peft's default would ask the hub whether the vocabulary was resized (it never is here).
+    lora = {"save_embedding_layers": False} if hasattr(policy, "peft_config") else {}
+    policy.save_pretrained(staging / "policy", **lora)
     tokenizer.save_pretrained(staging / "policy")
     torch.save(optimizer.state_dict(), staging / "optimizer.pt")
     atomic_write_json(staging / "state.json", {**state, "partial_step": partial_step})

@@ -17,32 +17,58 @@ from pathlib import Path
 from hw3lib.core import io  # io.figures_dir looked up at call time (tests point it at a temporary folder)
 
 GRID_KEYS = ("profile", "model", "dataset", "grid", "n_grpo_steps", "n_eval", "reference", "question", "rows",
-             "figures", "reading", "answers")
+             "figures", "reading", "answers", "trends", "trend_sentences", "stability", "rationale", "selection",
+             "settings")
 """Every grid's `grid_<name>.json` (hw3lib.experiments.report.report_grid), read by writeup/grids.typ."""
 
 RESULT_KEYS: dict[str, tuple[str, ...]] = {
     "zero_shot": ("profile", "model", "num_examples", "n", "num_samples", "accuracy", "format_rate", "mean_reward",
                   "mean_response_tokens", "truncation_rate", "count_correct", "count_wrong_answer",
-                  "count_unformatted", "temperature", "top_p", "max_tokens", "seed"),
-    "zero_shot_review": ("profile", "model", "inspected", "k", "seed", "categories", "reading", "examples"),
+                  "count_unformatted", "temperature", "top_p", "max_tokens", "seed", "dataset", "settings"),
+    "zero_shot_review": ("profile", "model", "inspected", "k", "seed", "categories", "reading", "examples",
+                         "correct_examples"),
     "best_of_n": ("profile", "model", "task", "max_tokens", "temperature", "num_prompts", "n_samples", "N",
                   "pass_at_n_first", "pass_at_k_unbiased", "best_at_n", "maj_at_n", "gap_pass_first_minus_best",
-                  "gap_pass_unbiased_minus_best"),
+                  "gap_pass_unbiased_minus_best", "misses", "solving_or_recognizing", "settings"),
     "grpo_units": ("length_normalization_example", "clip_example", "tiny_reinforce"),
     "train_loop": ("profile", "model", "dataset", "loss_type", "grpo_steps", "optimizer_steps", "skipped_steps",
-                   "eval_answer_reward_start", "eval_answer_reward_end", "eval_answer_reward_rise", "wall_clock_s"),
+                   "eval_answer_reward_start", "eval_answer_reward_end", "eval_answer_reward_rise", "wall_clock_s",
+                   "example_rollouts", "settings"),
     "keyword": ("profile", "model", "data_source", "n_train", "n_validation_used", "sft_steps", "grpo_steps", "steps",
                 "eval_reward", "eval_reward_start", "eval_reward_end", "train_reward_first", "train_reward_last",
                 "minutes", "max_logprob_mismatch", "examples", "reward_fn", "hacking_rows", "hacking_reading",
-                "hacking_examples"),
-    "async_grpo": ("profile", "model", "dataset", "n_grpo_steps", "rollout_batch_size", "rows", "reading"),
+                "hacking_examples", "settings"),
+    "async_grpo": ("profile", "model", "dataset", "n_grpo_steps", "rollout_batch_size", "rows", "reading", "settings"),
     "sft_ei": ("profile", "dataset", "sft_model", "ei_model", "sft_steps", "sft_batch_size", "n_eval", "trace_noise",
                "noise_band", "pool_size", "filtered_size", "sft_rows", "ei_rows", "sft_reading", "ei_reading",
-               "grpo_run", "grpo_start", "grpo_end", "grpo_steps", "grpo_rollouts", "grpo_optimizer_steps"),
-    "kissing": ("source", "model", "starter_points", "d11_roots_points", "code_582_points", "local_search_points",
-                "local_search_iterations", "llm_iterations", "agentic_best_score", "best_of_n_best_score",
-                "hybrid_best_score", "program_py_score"),
+               "grpo_run", "grpo_start", "grpo_end", "grpo_steps", "grpo_rollouts", "grpo_optimizer_steps",
+               "thresholds", "settings"),
+    "kissing": ("source", "llm_label", "model", "starter_points", "d11_roots_points", "code_582_points",
+                "local_search_points", "local_search_iterations", "llm_iterations", "agentic_best_score",
+                "best_of_n_best_score", "hybrid_best_score", "program_py_score", "deliverable"),
 }
+
+
+def settings_of(profile: str, model: str, dataset: str, n_examples: int, temperature: float, top_p: float,
+                max_tokens: int, course: str | None = None) -> dict:
+    """What every writeup section states beside its numbers: course, profile, model, data, number of
+    examples and sampling settings (`text`: one line of them; greedy decoding is called greedy)."""
+    from hw3lib.core.course import get_course
+
+    crs = get_course(course)
+    sampling = ("greedy (temperature 0)" if temperature == 0 else f"temperature {temperature:g}, top-p {top_p:g}")
+    text = (f"course {crs.title} (`{crs.name}`), profile `{profile}`, model `{model}`, data `{dataset}` "
+            f"({n_examples} examples), sampling {sampling}, at most {max_tokens} tokens")
+    return {"course": crs.name, "profile": profile, "model": str(model), "dataset": str(dataset),
+            "n_examples": n_examples, "temperature": temperature, "top_p": top_p, "max_tokens": max_tokens,
+            "text": text}
+
+
+def config_settings(cfg, model: str | None = None) -> dict:
+    """`settings_of` for a run config's validation (GRPO, SFT, EI): its model, data, held-out questions and
+    validation sampling (`eval_temperature`, top-p 1, `sampling_max_tokens`)."""
+    return settings_of(cfg.profile, model or cfg.model, cfg.dataset, cfg.n_eval_examples, cfg.eval_temperature, 1.0,
+                       cfg.sampling_max_tokens)
 
 
 def declared_keys(name: str) -> tuple[str, ...]:

@@ -22,6 +22,8 @@ off the same samples:
   whose first member comes first. The winning group is scored by the grader's verdict
   (`correct`) on its first member, so maj@N uses the same answer checker as every other metric
   instead of a second string comparison with the gold answer.
+- Best@N's misses split in two (`best_at_n_misses`): a correct sample was among the N but not
+  picked (the model can solve but not recognize), or none was (it cannot solve).
 
 `plot_best_of_n` draws all four curves against N (log2 axis) and saves PDF + PNG to `figures/`.
 """
@@ -36,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from hw3lib.core.io import save_figure
+from hw3lib.core.writeup_keys import settings_of
 from hw3lib.tasks.rewards import extract_question_only_answer, extract_r1_zero_answer, parse_plain_number
 from hw3lib.tasks.rewards import normalize_answer as grader_normalize
 
@@ -102,6 +105,20 @@ def best_at_n(correct: np.ndarray, mean_logprob: np.ndarray, n: int) -> float:
     # np.argmax returns the first maximum, which is the lowest-index tie-break we document.
     chosen = np.argmax(scores, axis=1)  # [P]
     return float(correct[np.arange(correct.shape[0]), chosen].mean())
+
+
+def best_at_n_misses(correct: np.ndarray, mean_logprob: np.ndarray, n: int) -> dict:
+    """Why Best@N missed: the handout's question, is the model failing to *solve* or to *recognize*?
+
+    Of the prompts whose Best@N pick is wrong, `recognize` counts those with a correct sample among
+    the first `n` (the model solved it but its confidence picked a wrong sample) and `solve` those
+    with none (no selector could have helped). `recognize + solve` = prompts * (1 - Best@N).
+    """
+    _check_n(correct, n)
+    scores = np.nan_to_num(mean_logprob[:, :n].astype(np.float64), nan=-np.inf)  # [P, n]
+    picked_right = correct[np.arange(correct.shape[0]), np.argmax(scores, axis=1)]  # [P]
+    solved = correct[:, :n].any(axis=1)  # [P]
+    return {"recognize": int((~picked_right & solved).sum()), "solve": int((~solved).sum())}
 
 
 def majority_choice(answers: Sequence[str | None]) -> int | None:
@@ -191,6 +208,7 @@ def best_of_n_metrics(results: SampleResults, ns: Sequence[int] = DEFAULT_NS) ->
         "pass_at_k_unbiased": [pass_at_k_unbiased_mean(results.correct, n) for n in ns],
         "best_at_n": [best_at_n(results.correct, results.mean_logprob, n) for n in ns],
         "maj_at_n": [majority_at_n(results.correct, results.answers, n) for n in ns],
+        "misses": [best_at_n_misses(results.correct, results.mean_logprob, n) for n in ns],
     }
 
 
@@ -213,7 +231,26 @@ def best_of_n_result(metrics: dict, profile: str, model: str, task: str, samplin
             "temperature": sampling.temperature, **flatten_metrics(metrics),
             "gap_pass_first_minus_best": metrics["pass_at_n_first"][top] - metrics["best_at_n"][top],
             "gap_pass_unbiased_minus_best": metrics["pass_at_k_unbiased"][top] - metrics["best_at_n"][top],
-            **{key: metrics[key] for key in ("N", "pass_at_n_first", "pass_at_k_unbiased", "best_at_n", "maj_at_n")}}
+            **{key: metrics[key] for key in ("N", "pass_at_n_first", "pass_at_k_unbiased", "best_at_n", "maj_at_n")},
+            "misses": metrics["misses"], "solving_or_recognizing": solving_or_recognizing(metrics),
+            "settings": settings_of(profile, model, task, metrics["num_prompts"], sampling.temperature, sampling.top_p,
+                                    sampling.max_tokens)}
+
+
+def solving_or_recognizing(metrics: dict) -> str:
+    """The handout's question answered from the counts at the largest N: where Best@N's misses come from."""
+    top, prompts = len(metrics["N"]) - 1, metrics["num_prompts"]
+    n, misses = metrics["N"][top], metrics["misses"][top]
+    wrong = misses["recognize"] + misses["solve"]
+    if wrong == 0:
+        return f"Best@{n} was right on all {prompts} questions: nothing to recognize or solve better."
+    share = misses["recognize"] / wrong
+    verdict = ("mostly recognizing: the model often produced a correct response and then preferred a wrong one"
+               if share > 0.5 else "mostly solving: for most misses no correct response was among the samples"
+               if share < 0.5 else "half recognizing, half solving")
+    return (f"Best@{n} missed {wrong} of {prompts} questions: on {misses['recognize']} of them a correct response "
+            f"was among the {n} samples (a recognizing failure), on {misses['solve']} none was (a solving "
+            f"failure), so the bottleneck here is {verdict}.")
 
 
 def pass_at_1_check(zero_shot_summary: dict, metrics: dict) -> dict:

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl, save_figure
 from hw3lib.core.runs import RunExistsError
+from hw3lib.core.writeup_keys import settings_of
 
 # (key, label): reward categories of one sample; the label reads format / answer reward.
 CATEGORIES = (
@@ -178,6 +179,9 @@ def zero_shot_result(summary: dict, profile: str) -> dict:
         "mean_response_tokens", "truncation_rate")}}
     result.update({f"count_{key}": summary["counts"][key] for key, _ in CATEGORIES})
     result.update({key: summary["sampling"][key] for key in ("temperature", "top_p", "max_tokens", "seed")})
+    result["dataset"] = summary.get("dataset", "unknown")
+    result["settings"] = settings_of(profile, summary["model"], result["dataset"], summary["num_examples"],
+                                     result["temperature"], result["top_p"], result["max_tokens"])
     return result
 
 

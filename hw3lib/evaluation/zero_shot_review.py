@@ -12,7 +12,8 @@ and format 1 / answer 0 -- and classifies each by one rule:
 - format 1, answer 0: **parser** when the answer's last number (or its `\\boxed{}`) equals the gold
   answer, yet the grader rejected the text around it; else **model** (a wrong or missing number).
 
-The verdict per category is the majority (`mixed` on a tie); `write_zero_shot_review` saves the
+A couple of samples of the correct category (format 1, answer 1) are kept as examples too
+(`correct_examples`). The verdict per category is the majority (`mixed` on a tie); `write_zero_shot_review` saves the
 review to `figures/zero_shot_review.json`, which the writeup's zero-shot section prints.
 """
 
@@ -29,6 +30,7 @@ REVIEWED = {"unformatted": "format 0, answer 0", "wrong_answer": "format 1, answ
 # The R1-Zero structure with any separator between the tags (the strict check wants exactly one space).
 _LOOSE_STRUCTURE = re.compile(r"</think>(\s*)<answer>(.*?)</answer>", re.DOTALL)
 TAIL_CHARS = 160  # how much of each response's end the review keeps (where the tags are)
+CORRECT_SHOWN = 2  # examples of the "correct" category shown beside the failures (the handout asks for every category)
 
 
 def classify_unformatted(text: str, finish_reason: str) -> tuple[str, str]:
@@ -84,6 +86,8 @@ def review_zero_shot(run_dir: str | Path, k: int = 10, seed: int = 0) -> dict:
                               "inspected": len(picked[category]), **tally, "verdict": verdict}
     return {"profile": summary.get("profile"), "model": summary.get("model"), "dataset": summary.get("dataset"),
             "k": k, "seed": seed, "inspected": len(examples), "categories": verdicts, "examples": examples,
+            "correct_examples": [{key: item[key] for key in ("index", "sample", "ground_truth")}
+                                 | {"tail": item["text"][-TAIL_CHARS:]} for item in picked["correct"][:CORRECT_SHOWN]],
             "reading": _reading(verdicts)}
 
 

@@ -34,7 +34,9 @@ question in both profiles.
 Grids that pick up earlier results (`off_policy_focused`, `clip_ablation`, `leaderboard`) take them
 as `choices`; `run_sweep` runs the grids they depend on first (finished ones are only read back).
 
-`run_grid` trains each config in turn into `runs/<grid>/<config>/` (run name `<grid>/<config>`):
+`run_grid` trains each config in turn into `runs/<grid>/<config>/` (run name `<grid>/<config>`; a grid that
+picks up earlier results adds a hash of the config's changes, `runs/leaderboard/best-<8 hex>/`, so that other
+winners make another run: `grid_run_name`):
 finished runs are reused, interrupted ones resumed from their checkpoint, and a config identical to
 a run of another grid (same settings but the name; e.g. the common base) is trained once, in the
 first grid that needed it, and read from there (`grid.json` names where each config's run lives).
@@ -98,6 +100,8 @@ class Grid:
     """What the grid asks, in one sentence (for tables and the writeup)."""
     groups: dict[str, list[str]] = field(default_factory=dict)
     """label -> the labels of its seed repeats (itself first); filled by `build_grid`."""
+    rationale: str = ""
+    """Why the grid's ranges, in words computed from its configs (`off_policy_rationale`); empty for most grids."""
 
 
 # ---- the base and the grids ----------------------------------------------------------------------------
@@ -150,6 +154,44 @@ def _off_policy_focused(base: GRPOConfig, choices: dict) -> dict[str, dict]:
     top = _need(choices, "top", "off_policy_focused", "the two best broad off-policy settings (dicts)")
     points = [off_policy_settings(base, 1, base.rollout_batch_size)] + [_same_point(base, p) for p in top]
     return {off_policy_label(p, base): p for p in points}
+
+
+def off_policy_rationale(name: str, base: GRPOConfig, changes: dict[str, dict], full_steps: int) -> str:
+    """Why the off-policy grids' ranges (the handout's experiment log), stated from the grid's own configs:
+    the rollout batch is fixed and the sweep varies its reuse (epochs x optimizer batch), broad and short
+    first (the handout: fewer than 50 GRPO steps), then the best two at full length against on-policy."""
+    rollout, steps = base.rollout_batch_size, base.n_grpo_steps
+    points = {label: (c.get("epochs_per_rollout_batch", base.epochs_per_rollout_batch),
+                      c.get("train_batch_size", base.train_batch_size)) for label, c in changes.items()}
+    on_policy = [label for label, (e, b) in points.items() if e == 1 and b == rollout]
+    if name == "off_policy_focused":
+        others = ", ".join(f"`{label}`" for label in points if label not in on_policy)
+        return (f"The focused runs: the two best broad settings by final validation reward (diverged runs excluded), "
+                f"{others}, against the on-policy reference {', '.join(f'`{o}`' for o in on_policy)}, each at the "
+                f"full length of {steps} GRPO steps, as the handout's focused sweep asks.")
+    epochs, batches = sorted({e for e, _ in points.values()}), sorted({b for _, b in points.values()}, reverse=True)
+    reuse = sorted({e * rollout // b for e, b in points.values()})
+    accumulation = sorted({max(1, b // base.micro_train_batch_size) for b in batches})
+
+    def listed(values) -> str:
+        return "{" + ", ".join(str(v) for v in values) + "}"
+
+    length = (f"{steps} of the full {full_steps} GRPO steps" + (", under the handout's 50" if steps < 50 else "")
+              if steps < full_steps else
+              f"the full {steps} GRPO steps: the smoke recipe's validation reward is flat for its first ~30 "
+              "steps, so a shorter run ranks nothing (`BROAD_FRACTION`)")
+    return (f"The handout fixes the rollout batch and asks which reuse of it pays off: a broad sweep of short "
+            f"runs, then a focused one at full length. The rollout batch stays {rollout} rollouts "
+            f"({rollout // base.group_size} questions x {base.group_size} samples) per GRPO step; "
+            f"epochs_per_rollout_batch takes {listed(epochs)} and train_batch_size {listed(batches)} (the rollout "
+            f"batch / {listed(rollout // b for b in batches)}), so each optimizer batch divides the rollout batch and "
+            f"every epoch uses every rollout once: {reuse[0]} to {reuse[-1]} optimizer steps per rollout batch "
+            f"({listed(reuse)}), the on-policy point {', '.join(f'`{o}`' for o in on_policy)} (one step: the "
+            f"reference) included. Every optimizer batch keeps the base's microbatch of "
+            f"{base.micro_train_batch_size} (gradient accumulation {listed(accumulation)}), so only the reuse "
+            f"changes, not the memory. At the top ({epochs[-1]} epochs, batches of {batches[-1]}) the policy moves "
+            f"furthest from the one that sampled (the clip fraction shows how far) and training costs "
+            f"{epochs[-1]}x the on-policy tokens per GRPO step. Runs are {length}.")
 
 
 def _clip_ablation(base: GRPOConfig, choices: dict) -> dict[str, dict]:
@@ -250,6 +292,19 @@ def grid_base(name: str, profile: str | None = None, steps: int | None = None) -
     return base.replace(name="base")
 
 
+def grid_run_name(grid: str, label: str, change: dict) -> str:
+    """The run name (folder under runs/) of config `label` of `grid`, which changes the grid's base by
+    `change`: `<grid>/<label>`, and for a grid whose configs are derived from earlier grids' results
+    (`GRIDS[grid][3]`: off_policy_focused, clip_ablation, leaderboard) `<grid>/<label>-<8 hex digits of the
+    change>`. Other winners make a new run instead of resuming the run of an earlier derivation under the
+    same label (which refused: "the config differs"); the same winners find the same run again. Only the
+    change is hashed, so a run stays found when it is extended (more steps) or hw3lib adds a setting."""
+    if not GRIDS[grid][3]:
+        return f"{grid}/{label}"
+    canonical = json.dumps(json.loads(json.dumps(change)), sort_keys=True)  # tuples -> lists, as in config.json
+    return f"{grid}/{label}-{hashlib.sha1(canonical.encode()).hexdigest()[:8]}"
+
+
 def build_grid(name: str, profile: str | None = None, steps: int | None = None, seeds: Sequence[int] | None = None,
                choices: dict | None = None) -> Grid:
     """The grid `name` in `profile` (default: $HW3_PROFILE / GPU present), `steps` GRPO steps per run
@@ -268,10 +323,12 @@ def build_grid(name: str, profile: str | None = None, steps: int | None = None, 
         for i, seed in enumerate(seeds):
             run_label = label if i == 0 else f"{label}_seed{seed}"
             seeded = change if seed == base.seed else {**change, "seed": seed}
-            configs[run_label] = base.replace(name=f"{name}/{run_label}", **seeded)
+            configs[run_label] = base.replace(name=grid_run_name(name, run_label, seeded), **seeded)
             all_changes[run_label] = dict(seeded)
             groups[label].append(run_label)
-    return Grid(name, base.profile, base, configs, all_changes, reference, question, groups)
+    rationale = (off_policy_rationale(name, base, changes, common_base(profile, steps).n_grpo_steps)
+                 if name in ("off_policy", "off_policy_focused") else "")
+    return Grid(name, base.profile, base, configs, all_changes, reference, question, groups, rationale)
 
 
 # ---- divergence ---------------------------------------------------------------------------------------

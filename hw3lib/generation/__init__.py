@@ -85,10 +85,13 @@ def training_engine(cfg, policy, tokenizer, initial_model: str):
       float32 master weights are pushed into it after each GRPO step);
     - vLLM: its own engine at `cfg.dtype`; colocated with the policy it may sleep during training;
     - hw3lib's own transformer (hw3lib.models.nanogpt): `OwnModelEngine`, wrapping the policy or a copy as for
-      transformers (the vLLM kind is refused: vLLM cannot load it).
+      transformers (the vLLM kind is refused: vLLM cannot load it);
+    - a LoRA policy (hw3lib.models.lora) is never wrapped: the engine is a plain copy of `initial_model` that
+      receives the merged weights (`policy_weights_for_engine`), as vLLM does.
     """
     import torch
 
+    from hw3lib.models.lora import is_lora
     from hw3lib.models.nanogpt import is_own_model
 
     rollout, training = torch.device(cfg.rollout_device), torch.device(cfg.policy_device)
@@ -100,7 +103,7 @@ def training_engine(cfg, policy, tokenizer, initial_model: str):
     if cfg.engine == "transformers":
         # On a CPU a preallocated KV cache beats a growing one (no concatenation per token).
         options = {"progress": False, "batch_size": cfg.generation_batch_size, "static_cache": rollout.type == "cpu"}
-        if rollout == training and cfg.dtype == "float32":
+        if rollout == training and cfg.dtype == "float32" and not is_lora(policy):
             return make_engine("transformers", policy, tokenizer=tokenizer, **options)
         return make_engine("transformers", initial_model, device=cfg.rollout_device, dtype=cfg.dtype, **options)
     if rollout.type == "cuda" and (rollout.index or 0) != 0:
@@ -114,9 +117,13 @@ def training_engine(cfg, policy, tokenizer, initial_model: str):
 
 def policy_weights_for_engine(policy, dtype: str):
     """(name, tensor) pairs of the policy's weights cast to the engine's `dtype`, one tensor at a time
-    (float32 tensors pass through uncopied, so an engine wrapping the policy copies nothing)."""
+    (float32 tensors pass through uncopied, so an engine wrapping the policy copies nothing). A LoRA policy's
+    are its merged weights under the base model's names (hw3lib.models.lora.merged_weights)."""
     import torch
 
+    from hw3lib.models.lora import is_lora, merged_weights
+
     target = getattr(torch, dtype)
-    for name, tensor in policy.state_dict().items():
+    named = merged_weights(policy) if is_lora(policy) else policy.state_dict().items()
+    for name, tensor in named:
         yield name, tensor.detach().to(target)

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir
+from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_path
 from hw3lib.core.lifecycle import RunResult, open_run, read_result, reuse_message
 from hw3lib.core.runs import latest_checkpoint
 from hw3lib.grpo.config import GRPOConfig
@@ -68,7 +68,7 @@ ASYNC_FILE = "async.json"
 TIMINGS_FILE = "async_timings.jsonl"
 REPLAY_FILE = "replay.json"
 # Environment the actors need (where data, models and runs live); Ray workers get it explicitly.
-_ENV_KEYS = ("HW3_DATA_DIR", "HW3_CACHE_DIR", "HW3_RUNS_DIR", "HW3_MATH_DATA", "PYTHONHASHSEED",
+_ENV_KEYS = ("HW3_DATA_DIR", "HW3_CACHE_DIR", "HW3_OUTPUT_DIR", "HW3_RUNS_DIR", "HW3_MATH_DATA", "PYTHONHASHSEED",
              "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE")
 
 
@@ -126,7 +126,10 @@ class Generator:
 
         self.cfg = cfg
         initial_model = initial_policy_source(cfg)
-        model, tokenizer = load_model_and_tokenizer(str(initial_model), device=cfg.rollout_device, dtype="float32")
+        model = tokenizer = None  # vLLM loads its own copy: a float32 one here would only take memory (2.4 GB at 0.6B)
+        if cfg.engine != "vllm":
+            model, tokenizer = load_model_and_tokenizer(str(initial_model), device=cfg.rollout_device,
+                                                        dtype="float32")
         self.engine = training_engine(cfg, model, tokenizer, initial_model)
         self.train_records = load_task(cfg)[0]
         self.reward_fn = reward_fn_for(cfg.prompt)
@@ -230,7 +233,7 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
 
     async_cfg.check(cfg)
     run_dir = runs_dir() / cfg.name
-    print(f"async GRPO run '{cfg.name}' ({async_cfg.mode}, max_staleness {async_cfg.max_staleness}) -> {run_dir}",
+    print(f"async GRPO run '{cfg.name}' ({async_cfg.mode}, max_staleness {async_cfg.max_staleness}) -> {shown_path(run_dir)}",
           flush=True)
     checkpoint, finished_state = open_run(run_dir, cfg, resume, overwrite)
     _check_async_settings(run_dir, async_cfg, fresh=checkpoint is None)

@@ -22,6 +22,7 @@ import numpy as np
 from hw3lib.grpo.async_loop import TIMINGS_FILE, AsyncConfig, train_async
 from hw3lib.core.io import read_jsonl, save_figure
 from hw3lib.core.lifecycle import RunResult
+from hw3lib.core.writeup_keys import config_settings
 from hw3lib.grpo.results import time_breakdown
 from hw3lib.grpo.loop import train
 from hw3lib.grpo.config import GRPOConfig
@@ -235,4 +236,5 @@ def async_result(cfg, table: list[dict], reading: str) -> dict:
     """The writeup's `async_grpo` result (hw3lib.core.writeup_keys): the shared config, `schedule_table`'s
     rows and `schedule_reading`'s text."""
     return {"profile": cfg.profile, "model": cfg.model, "dataset": cfg.dataset, "n_grpo_steps": cfg.n_grpo_steps,
-            "rollout_batch_size": cfg.rollout_batch_size, "rows": table, "reading": reading}
+            "rollout_batch_size": cfg.rollout_batch_size, "rows": table, "reading": reading,
+            "settings": config_settings(cfg)}

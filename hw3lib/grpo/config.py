@@ -105,7 +105,8 @@ class GRPOConfig(RolloutRunConfig):
 
     # --- logging ------------------------------------------------------------------------------------
     monitor_kl: bool = False
-    """Log KL(pi || pi_ref) to the initial policy (k1, k3); costs a frozen reference copy and a forward pass."""
+    """Log KL(pi || pi_ref) to the initial policy (k1, k3); costs a frozen reference copy and a forward pass
+    (with LoRA no copy: the reference is the frozen base with the adapters disabled)."""
 
     # --- derived (computed once in __post_init__, saved with the config) ------------------------------
     n_prompts_per_rollout_batch: int = field(init=False)

@@ -38,6 +38,9 @@ Variant implemented (see hw3lib.maths.grpo for the maths, hw3lib.grpo.step for t
   `train/skipped_steps`).
 - **Weight sync:** after all optimizer steps of a rollout batch (before the next generation). A
   colocated vLLM engine sleeps during training where sleep mode exists (GPU).
+- **LoRA** (beyond the handouts, `lora_rank` > 0; hw3lib.models.lora): only low-rank adapters are
+  trained, the engine receives the merged weights under the base model's names, checkpoints hold the
+  adapter, and KL monitoring's reference is the frozen base with the adapters disabled (no copy).
 - **Validation:** every `eval_every` steps (and before the first and after the last) on held-out
   questions with `eval_temperature` (default 1.0, the courses' setting; the smoke profile uses 0, greedy),
   a few example rollouts saved to `samples/step_XXXX.jsonl`.
@@ -290,9 +293,12 @@ class GRPOLearner(TrainingRun):
         self.reward_fn = reward_fn_for(cfg.prompt)
         self.initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
         # float32 master weights whatever cfg.dtype says: the low precision is autocast's (hw3lib.grpo.step).
-        policy, tokenizer = load_training_policy(policy_source(checkpoint, self.initial_model), cfg)
+        policy, tokenizer = load_training_policy(policy_source(checkpoint, self.initial_model), cfg,
+                                                 base=self.initial_model)
         self.reference = None
-        if cfg.monitor_kl:  # only then: a second copy of the model costs memory (frozen, so low precision is fine)
+        # Only with KL monitoring: a second copy of the model costs memory (frozen, so low precision is fine).
+        # LoRA needs no copy: its frozen base, adapters disabled, is the initial policy (`reference_log_probs`).
+        if cfg.monitor_kl and not cfg.lora_rank:
             self.reference, _ = load_model_and_tokenizer(str(self.initial_model), device=cfg.policy_device,
                                                          dtype=cfg.dtype)
             self.reference.requires_grad_(False).eval()
@@ -399,15 +405,25 @@ class GRPOLearner(TrainingRun):
         elif cfg.needs_old_log_probs:
             old_log_probs = batched_log_probs(self.policy, tensors, micro, prefix, cfg.sampling_temperature,
                                               cfg.dtype)  # [N, L-1]
-        if self.reference is not None:
-            ref_log_probs = batched_log_probs(self.reference, tensors, micro, prefix, cfg.sampling_temperature,
-                                              cfg.dtype)  # [N, L-1]
+        if cfg.monitor_kl:
+            ref_log_probs = self.reference_log_probs(tensors, prefix)  # [N, L-1]
         mismatch = None if stale else {"abs": 0.0, "tokens": 0.0, "max_ratio": 1.0, "kl_k1": 0.0, "kl_k3": 0.0}
         if old_log_probs is not None and not stale:
             measured = torch.stack([t.float() for t in logprob_mismatch(old_log_probs, engine_log_probs,
                                                                         tensors["response_mask"])]).tolist()
             mismatch = dict(zip(MISMATCH_KEYS, measured))  # one host transfer
         return old_log_probs, ref_log_probs, mismatch
+
+    def reference_log_probs(self, tensors: dict[str, torch.Tensor], prefix: int) -> torch.Tensor:
+        """`[N, L-1]` log-probs under the frozen initial policy: the reference copy, or with LoRA the policy's
+        own base with its adapters disabled (the base weights never change)."""
+        cfg = self.cfg
+        if self.reference is not None:
+            return batched_log_probs(self.reference, tensors, cfg.micro_train_batch_size, prefix,
+                                     cfg.sampling_temperature, cfg.dtype)  # [N, L-1]
+        with self.policy.disable_adapter():
+            return batched_log_probs(self.policy, tensors, cfg.micro_train_batch_size, prefix,
+                                     cfg.sampling_temperature, cfg.dtype)  # [N, L-1]
 
     def step_row(self, stats: dict, grpo_step: int, epoch: int, kl: bool, rollout_stats: dict) -> dict:
         """The metrics of one optimizer step (`optimizer_step`'s statistics): the loss table's extras only

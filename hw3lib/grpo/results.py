@@ -14,6 +14,7 @@ import numpy as np
 from hw3lib.core.io import read_jsonl
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.core.runs import SAMPLES_DIR
+from hw3lib.core.writeup_keys import config_settings
 
 TIME_PARTS = ("generation", "scoring", "old_logprobs", "train", "weight_sync")
 
@@ -54,7 +55,37 @@ def run_summary(result: RunResult) -> dict:
         "wall_clock_s": result.elapsed_s,
         "mean_step_seconds_by_phase": mean_parts,
         "mean_tokens_per_s": float(np.mean([r["time/tokens_per_s"] for r in rows])) if rows else None,
+        "example_rollouts": rollouts_over_time(result),
+        "settings": config_settings(result.config),
     }
+
+
+def rollouts_over_time(result: RunResult, questions: int = 2, moments: int = 3, max_chars: int = 240) -> list[dict]:
+    """A few validation rollouts followed through training (the handouts ask for examples over time).
+
+    For each of the first `questions` saved validation questions, its rollout at `moments` validated
+    GRPO steps spread over the run (first, middle, last): the response (its last `max_chars`
+    characters, where the answer is) and its rewards. Steps whose samples file is missing are skipped.
+    """
+    steps = sorted({row["grpo_step"] for row in result.eval_rows if "grpo_step" in row})
+    if not steps:
+        return []
+    picked = sorted({steps[round(i * (len(steps) - 1) / max(moments - 1, 1))] for i in range(moments)})
+    saved = {}
+    for step in picked:
+        try:
+            saved[step] = load_samples(result.run_dir, step)
+        except FileNotFoundError:
+            continue
+    examples = []
+    for q in range(questions):
+        over_time = [{"grpo_step": step, "response": rows[q]["response"][-max_chars:],
+                      "answer_reward": rows[q]["answer_reward"], "format_reward": rows[q]["format_reward"]}
+                     for step, rows in saved.items() if q < len(rows)]
+        if over_time:
+            first = saved[over_time[0]["grpo_step"]][q]
+            examples.append({"question": first["question"], "gold": first["gold"], "steps": over_time})
+    return examples
 
 
 def load_samples(run_dir: str | Path, grpo_step: int) -> list[dict]:

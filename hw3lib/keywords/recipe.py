@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, build_folder_once, cache_dir
+from hw3lib.core.writeup_keys import config_settings
 from hw3lib.tasks.keyword_data import (KEYWORD_REWARDS, PROMPT_KIND, SPLITS, make_keyword_records, read_split,
                                        split_records)
 
@@ -220,6 +221,7 @@ def keyword_result(cfg, policy, train_records: Sequence[dict], sft_dir: str | Pa
         "minutes": result.elapsed_s / 60, "max_logprob_mismatch": float(max(mismatches)) if mismatches else None,
         "examples": [{"prompt": b["question"], "before": b["response"], "before_reward": b["reward"],
                       "after": a["response"], "after_reward": a["reward"]} for b, a in zip(before, after)][:4],
+        "settings": config_settings(cfg, model="hw3lib.models.nanogpt.GPT"),
     }
 
 

@@ -12,12 +12,16 @@ max_x ||x||^2; then tau_11 >= |C|. Modules:
 - `search`: `local_search(...)`, a seeded, resumable local search that grows valid sets.
 - `llm`: the chat client (any OpenAI-compatible server) and a scripted responder for tests.
 - `replies`: <think> stripping and code extraction from a model's reply.
-- `report`: report.md and the score plot of a logged run.
+- `report`: report.md and the score plot of a logged run (a replay is labelled as one).
 - `loops`: the LLM-guided discovery loops (agentic, Best-of-N, hybrid).
+- `geometry`: the largest free cap of a final set and its shell neighbourhood (why it stopped growing).
+- `deliverables`: data/kissing_number/report.md from the search that wrote program.py, and storing a
+  live run's conversation there (a replay is refused).
 - `cli`: the `hw3 kissing ...` commands.
 
 Imports point one way, from the bottom: verify, sandbox, independent_set, replies, llm -> evaluator,
-constructions, report -> search -> loops -> cli (tests/test_imports.py checks there are no cycles).
+constructions, report -> search -> geometry, loops -> deliverables -> cli (tests/test_imports.py checks
+there are no cycles).
 
 Note: importing this package binds `hw3lib.kissing.verify` to the *function*; import the
 dataclass as `from hw3lib.kissing import VerifyResult`.

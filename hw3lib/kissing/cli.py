@@ -3,12 +3,17 @@
     hw3 kissing evaluate program.py [--timeout 60] [--strict]
     hw3 kissing verify points.json
     hw3 kissing discover --loop agentic|best_of_n|hybrid --iterations K --out DIR [--replay file.json]
+    hw3 kissing report [--folder data/kissing_number] [--overwrite]
+    hw3 kissing promote RUN_DIR [--folder data/kissing_number] [--overwrite]
 
 `evaluate` and `verify` print the metrics as JSON and the evaluator's message; they exit 0 for
 invalid programs or sets (that is a result, not an error) and 2 with a clear message when the file
 is missing or unreadable. `evaluate --strict` refuses (exit 2) to run without the bubblewrap
 sandbox instead of falling back to the weaker process sandbox (see hw3lib.kissing.sandbox). `discover` talks to $HW3_LLM_BASE_URL (see hw3lib.kissing.llm) or
-replays recorded replies with --replay.
+replays recorded replies with --replay (a replay is labelled so everywhere and is never a result).
+`report` writes data/kissing_number/report.md from a re-run of the search that produced program.py;
+`promote` stores a live run's best program, conversation_log.json and reports there (a replay is
+refused). Both refuse to replace existing files without --overwrite (see hw3lib.kissing.deliverables).
 """
 
 from __future__ import annotations
@@ -112,18 +117,53 @@ def discover(loop: str = typer.Option("agentic", "--loop", help="agentic | best_
         _fail(str(exc))
     except LLMError as exc:
         _fail(f"{exc} (the files written so far are in {out})")
-    typer.echo(f"best score {result.best_score:g} (iteration {result.best_iteration}); "
+    from hw3lib.kissing.report import REPLAY_LABEL
+
+    label = f"{REPLAY_LABEL.upper()}: " if replay is not None else ""
+    typer.echo(f"{label}best score {result.best_score:g} (iteration {result.best_iteration}); "
                f"scores per iteration: {', '.join(f'{s:g}' for s in result.scores)}")
     typer.echo(f"log: {result.log_path}")
     typer.echo(f"report: {result.report_path}")
+    if replay is None:
+        typer.echo(f"to store it as the submission if it beats data/kissing_number/program.py: "
+                   f"hw3 kissing promote {out} --overwrite")
+
+
+def report(folder: Path | None = typer.Option(None, "--folder", help="Default: data/kissing_number"),
+           overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing report.md"),
+           iterations: int = typer.Option(5000, "--iterations", help="The search's iterations (as --write-program)"),
+           seed: int = typer.Option(0, "--seed")):
+    """Write report.md for the stored program.py: method, compute, score history, largest free cap, limits."""
+    from hw3lib.kissing.deliverables import write_report
+
+    try:
+        path, data = write_report(folder, overwrite=overwrite, iterations=iterations, seed=seed)
+    except (FileExistsError, FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    typer.echo(f"{path}: {data['num_points']} points, largest free cap {data['cap']['angle_deg']:.4f} degrees")
+
+
+def promote(run_dir: Path = typer.Argument(..., help="A live run's directory (hw3 kissing discover --out)"),
+            folder: Path | None = typer.Option(None, "--folder", help="Default: data/kissing_number"),
+            overwrite: bool = typer.Option(False, "--overwrite", help="Replace the stored program and its files")):
+    """Store a live run's best program and its conversation_log.json (refused for replays and for runs that lose)."""
+    from hw3lib.kissing.deliverables import promote_run
+
+    try:
+        written = promote_run(run_dir, folder, overwrite=overwrite)
+    except (FileExistsError, FileNotFoundError, ValueError) as exc:  # DataFileError is a ValueError
+        _fail(str(exc))
+    typer.echo("written: " + ", ".join(str(p) for p in written))
 
 
 def register(app: typer.Typer, name: str) -> None:
     """Add the `kissing` sub-app to the `hw3` command line."""
     sub = typer.Typer(add_completion=False, no_args_is_help=True,
                       help="The 11-dimensional kissing problem: evaluate a program, verify a point set, "
-                           "run an LLM-guided discovery loop.")
+                           "run an LLM-guided discovery loop, write and store the deliverables.")
     sub.command("evaluate")(evaluate)
     sub.command("verify")(verify)
     sub.command("discover")(discover)
+    sub.command("report")(report)
+    sub.command("promote")(promote)
     app.add_typer(sub, name=name)

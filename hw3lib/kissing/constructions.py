@@ -85,14 +85,35 @@ def constant_weight_code(length: int = DIMENSION, weight: int = 4, max_overlap: 
     search of `hw3lib.kissing.independent_set`; stops at `target` blocks (35 = the Johnson bound for the
     defaults, reached in well under a second) or after `iterations`.
     """
+    return constant_weight_code_search(length, weight, max_overlap, target, seed, iterations)[0]
+
+
+def constant_weight_code_search(length: int = DIMENSION, weight: int = 4, max_overlap: int = 2,
+                                target: int | None = 35, seed: int = 0, iterations: int = 20_000):
+    """`constant_weight_code`'s search itself (uncached): (blocks, history, final state).
+
+    history: `grow_independent_set`'s rows {iteration, time_s, size} (size = number of blocks), one
+    per new best and one at the end; final: its final state (`final["iteration"]` = iterations run).
+    """
     subsets = list(itertools.combinations(range(length), weight))
     incidence = np.zeros((len(subsets), length), dtype=np.int64)  # [m, length]
     for row, subset in enumerate(subsets):
         incidence[row, list(subset)] = 1
     overlap = incidence @ incidence.T  # [m, m]
     neighbours = [np.flatnonzero((overlap[i] > max_overlap) & (np.arange(len(subsets)) != i)) for i in range(len(subsets))]
-    best, _, _ = grow_independent_set(neighbours, seed=seed, iterations=iterations, target=target)
-    return tuple(subsets[i] for i in sorted(best))
+    best, history, final = grow_independent_set(neighbours, seed=seed, iterations=iterations, target=target)
+    return tuple(subsets[i] for i in sorted(best)), history, final
+
+
+def johnson_bound(length: int = DIMENSION, weight: int = 4, max_overlap: int = 2) -> int:
+    """Johnson's upper bound on a family of `weight`-subsets of range(length) pairwise sharing <= max_overlap.
+
+    A(n, w, t) <= floor(n / w * A(n - 1, w - 1, t - 1)) with A(n, w, 0) = floor(n / w) (disjoint
+    blocks); for the defaults floor(11/4 floor(10/3 floor(9/2))) = 35.
+    """
+    if max_overlap <= 0:
+        return length // weight
+    return (length * johnson_bound(length - 1, weight - 1, max_overlap - 1)) // weight
 
 
 def best_known_construction() -> np.ndarray:

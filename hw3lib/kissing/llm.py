@@ -122,6 +122,9 @@ def cost_usd(prompt_tokens: int, completion_tokens: int, price_prompt_per_1m: fl
 class ChatClient:
     """OpenAI-compatible chat client with retries, timeouts and token/cost accounting."""
 
+    kind = "live"
+    """What a run's log records as its `source`: a real model answered (see `responder_source`)."""
+
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
                  temperature: float = 0.6, top_p: float | None = 0.95, max_tokens: int | None = 8192,
                  timeout_s: float = 600.0, max_retries: int = 4, backoff_s: float = 2.0,
@@ -264,7 +267,12 @@ class ScriptedResponder:
     "completion_tokens": ..}, "reasoning"?, "finish_reason"?, "latency_s"?}, ...]}` (a bare list of such
     entries, or of strings, works too). Every request is kept in `requests` so tests can check exactly
     what the loop sent.
+
+    Its replies are recorded, not generated: a run driven by it is logged with `source: "replay"`
+    and is a test of the plumbing, never a result (`hw3lib.kissing.deliverables` refuses to store it).
     """
+
+    kind = "replay"
 
     def __init__(self, replay: str | os.PathLike | list | dict, *, price_prompt_per_1m: float | None = None,
                  price_completion_per_1m: float | None = None):
@@ -342,6 +350,12 @@ def make_responder(replay: str | os.PathLike | None = None, **client_kwargs: Any
     if replay is not None:
         return ScriptedResponder(replay)
     return ChatClient(**client_kwargs)
+
+
+def responder_source(responder: Any) -> str:
+    """`live` (a `ChatClient`), `replay` (a `ScriptedResponder`) or `unknown` (anything else, e.g. a test double)."""
+    kind = getattr(responder, "kind", None)
+    return kind if kind in ("live", "replay") else "unknown"
 
 
 def llm_configured() -> bool:

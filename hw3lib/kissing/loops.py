@@ -17,7 +17,8 @@ scoring every candidate with the sandboxed `evaluate_program`:
 
 Every run directory holds `candidates/iter_XXX.py` (every extracted program), `evaluations.jsonl`
 (one row per iteration), `conversation_log.json` (every message, reply, usage, timing and
-evaluation; `steps[i].sent` lists the transcript indices sent for that call), `best_program.py`,
+evaluation; `steps[i].sent` lists the transcript indices sent for that call; `source` says `live`
+for a real model, `replay` for recorded replies, which are never a result), `best_program.py`,
 and at the end `report.md` + `score_vs_iteration.png` (hybrid runs also keep the polished points
 as `candidates/iter_XXX_polished.json`). Files are rewritten atomically after every iteration,
 so an interrupted run leaves a consistent log.
@@ -40,7 +41,7 @@ from typing import Any
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from hw3lib.kissing.evaluator import evaluate_program
 from hw3lib.kissing.sandbox import bwrap_available
-from hw3lib.kissing.llm import ChatReply, Responder
+from hw3lib.kissing.llm import ChatReply, Responder, responder_source
 # NO_CODE_MESSAGE, extract_python_code and strip_thinking stay importable from here (tests, older code).
 from hw3lib.kissing.replies import NO_CODE_MESSAGE, Extraction, extract_python_code, strip_thinking  # noqa: F401
 from hw3lib.kissing.report import write_report
@@ -115,7 +116,9 @@ class RunRecorder:
         self.responder = responder
         self.log: dict[str, Any] = {
             "loop": loop, "model": getattr(responder, "model", "unknown"),
-            "responder": type(responder).__name__, "started": _now(), "finished": None,
+            "responder": type(responder).__name__, "source": responder_source(responder),
+            **({"replay_file": str(responder.source)} if responder_source(responder) == "replay" else {}),
+            "started": _now(), "finished": None,
             "settings": settings, "messages": [], "steps": [], "usage": {}, "best": None,
         }
         self._start = time.perf_counter()

@@ -27,6 +27,8 @@ FAILURE_LABELS = {"invalid": "an invalid set (rejected by the verifier)", "excep
                   "no_code": "no code block", "timeout": "a timeout", "memory": "the memory limit",
                   "cpu": "the CPU limit", "crash": "a crash", "exit": "an early exit",
                   "no_points": "no points returned", "bad_points": "unreadable points"}
+REPLAY_LABEL = "replay (test fixture, not a result)"
+"""How every table, plot and report labels a run driven by recorded replies (`source: replay`)."""
 QUOTE_CHARS = 240
 FIGSIZE = (7.2, 3.6)
 
@@ -64,6 +66,23 @@ def jumps(log: dict) -> list[dict]:
 def _quote(text: str, limit: int = QUOTE_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def is_replay(log: dict) -> bool:
+    """True unless the log says a live model answered (for logs from before `source` was recorded, the
+    responder says: a ChatClient was live; anything else counts as not live)."""
+    source = log.get("source") or {"ChatClient": "live"}.get(log.get("responder"), "unknown")
+    return source != "live"
+
+
+def replay_notice(log: dict) -> str:
+    """A warning line for reports of runs that were not a live conversation ('' for live runs)."""
+    if not is_replay(log):
+        return ""
+    what = f"recorded replies from `{log['replay_file']}`" if log.get("replay_file") else "recorded replies"
+    return (f"**REPLAY: {REPLAY_LABEL}.** No model was queried: the loop replayed {what}, written to test the "
+            "plumbing. Its scores show that the loop, the sandbox and the verifier work together; they are not "
+            "results of an LLM.")
 
 
 def _fmt(x: float) -> str:
@@ -167,7 +186,8 @@ def _methodology(log: dict) -> list[str]:
                   "search that adds integer points while keeping the set valid; both scores are fed back.",
     }.get(loop, loop)
     task = next((m["content"] for m in log["messages"] if m["role"] == "user" and m["step"] is None), "")
-    return [what, "", f"- model: `{log.get('model')}` ({log.get('responder')})",
+    source = REPLAY_LABEL if is_replay(log) else "live (a model answered every request)"
+    return [what, "", f"- model: `{log.get('model')}` ({log.get('responder')}); source: {source}",
             f"- started {log.get('started')}, finished {log.get('finished')}",
             "- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
             "- score: |C| when min ||x - y||^2 >= max ||x||^2 holds exactly over the program's integer points, else 0",
@@ -187,7 +207,9 @@ def write_report(run_dir: str | Path) -> Path:
     final = steps[-1]["best_score"] if steps else 0.0
     best = log.get("best")
     plot_path = plot_scores(log, run_dir / "score_vs_iteration.png")
-    lines = [f"# Kissing number in dimension 11: {log['loop']} run", "", "## Methodology", "", *_methodology(log), "",
+    notice = replay_notice(log)
+    title = f"# Kissing number in dimension 11: {log['loop']} run" + (f" ({REPLAY_LABEL})" if notice else "")
+    lines = [title, "", *([notice, ""] if notice else []), "## Methodology", "", *_methodology(log), "",
              "## Score after each iteration", "", *_table(log), "", f"![score vs iteration]({plot_path.name})", "",
              "## Prompts that led to jumps", ""]
     rises = jumps(log)
@@ -272,7 +294,8 @@ def draw_scores(ax: Any, log: dict) -> None:
             ax.axhline(bound, color="grey", linestyle=style, linewidth=0.8, label=f"{name} ({bound})")
     ax.set_xlabel("iteration")
     ax.set_ylabel("score |C|")
-    ax.set_title(f"{log['loop']} ({log.get('model')})")
+    ax.set_title(f"{log['loop']} ({log.get('model')})" + (f"\n{REPLAY_LABEL.upper()}" if is_replay(log) else ""),
+                 color="C3" if is_replay(log) else "black")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -280,12 +303,19 @@ def draw_scores(ax: Any, log: dict) -> None:
 
 
 def kissing_result(source: str, model: str, construction_scores: dict, search, llm_iterations: int, runs: dict,
-                   program_metrics: dict | None) -> dict:
+                   program_metrics: dict | None, deliverable: dict | None = None) -> dict:
     """The writeup's `kissing` result (hw3lib.core.writeup_keys): each construction's score
-    (`<name>_points`), the local search, each LLM loop's best score (`<loop>_best_score`) and the stored
-    program's score (None when it was not evaluated). `source`: `live` or `replay`."""
-    return {"source": source, "model": model,
+    (`<name>_points`), the local search, each LLM loop's best score (`<loop>_best_score`), the stored
+    program's score (None when it was not evaluated) and `deliverable`, the summary of its report
+    (`hw3lib.kissing.deliverables.writeup_summary`; None when not computed).
+
+    `source`: `live` or `replay`. A replay's loop scores are left out (None) and `llm_label` says
+    REPLAY_LABEL: recorded replies test the plumbing and are never reported as results."""
+    live = source == "live"
+    return {"source": source, "llm_label": "live" if live else REPLAY_LABEL, "model": model,
             **{f"{name}_points": int(score) for name, score in construction_scores.items()},
             "local_search_points": len(search.points), "local_search_iterations": search.iterations,
-            "llm_iterations": llm_iterations, **{f"{name}_best_score": run.best_score for name, run in runs.items()},
-            "program_py_score": None if program_metrics is None else program_metrics["combined_score"]}
+            "llm_iterations": llm_iterations,
+            **{f"{name}_best_score": run.best_score if live else None for name, run in runs.items()},
+            "program_py_score": None if program_metrics is None else program_metrics["combined_score"],
+            "deliverable": deliverable}

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from hw3lib.core.io import atomic_write_json
-from hw3lib.kissing.constructions import best_known_construction
+from hw3lib.kissing.constructions import code_construction, constant_weight_code_search
 # IndependentSet stays importable from here (tests import it with the rest of the search).
 from hw3lib.kissing.independent_set import IndependentSet, grow_independent_set  # noqa: F401
 from hw3lib.kissing.verify import InputError, VerifyResult, to_integer_matrix, verify
@@ -229,7 +229,7 @@ def _load_checkpoint(path, config: dict, index: dict) -> dict | None:
 
 PROGRAM_TEMPLATE = '''"""Kissing configuration in dimension 11 with {n} points (tau_11 >= {n}).
 
-Written by `python -m hw3lib.kissing.search --write-program` (do not edit by hand).
+Written by {written_by} (do not edit by hand).
 Method: {method}
 Exact check: {verdict}
 """
@@ -247,33 +247,74 @@ def run_code():
 '''
 
 
-def program_source(points: np.ndarray, method: str) -> str:
+def program_source(points: np.ndarray, method: str,
+                   written_by: str = "`python -m hw3lib.kissing.search --write-program`") -> str:
     """A self-contained program (numpy only) whose run_code() returns `points`; refuses invalid sets."""
     verdict = verify(points)
     if not verdict.valid:
         raise ValueError(f"program_source: refusing to write an invalid set: {verdict.message}")
     rows = "\n".join("    [" + ", ".join(str(int(v)) for v in row) + "]," for row in np.asarray(points).tolist())
-    return PROGRAM_TEMPLATE.format(n=len(points), method=method, verdict=verdict.message, rows=rows)
+    return PROGRAM_TEMPLATE.format(n=len(points), method=method, verdict=verdict.message, rows=rows,
+                                   written_by=written_by)
+
+
+@dataclass
+class BestProgramRun:
+    """Everything `best_program_search` did: the program, both searches' histories and their timings."""
+
+    source: str
+    """The program file's text (what `--write-program` stores)."""
+    points: np.ndarray
+    construction_points: int
+    code_blocks: tuple
+    code_history: list[dict]
+    """The constant-weight code search: {iteration, time_s, size = blocks} per new best and at the end."""
+    code_iterations: int
+    polished: SearchResult
+    seed: int
+    iterations: int
+    timings: dict
+    """Wall and CPU seconds of each phase: code_search, construction, local_search, program (verify + write)."""
+
+
+def best_program_search(iterations: int = 5000, seed: int = 0, progress: bool = False) -> BestProgramRun:
+    """The search behind data/kissing_number/program.py, with its history and its compute.
+
+    The constant-weight code (`constructions.constant_weight_code_search`, the same call as
+    `best_known_construction`), the norm-4 code construction, then `iterations` (seed `seed`) of
+    local search in its shell; the better set is written as a program. An iteration budget (not a
+    time limit) keeps the written program identical on every machine.
+    """
+    timings: dict[str, dict] = {}
+
+    def timed(name: str, work):
+        wall, cpu = time.perf_counter(), time.process_time()
+        value = work()
+        timings[name] = {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+        return value
+
+    blocks, code_history, code_final = timed("code_search", constant_weight_code_search)
+    construction = timed("construction", lambda: code_construction(blocks))
+    polished = timed("local_search", lambda: local_search(construction, seed=seed, iterations=iterations,
+                                                          progress=progress))
+    points = polished.points if len(polished.points) > len(construction) else construction
+    method = ("the norm-4 code construction: ±2e_i and all (±1)^4 sign patterns on\n"
+              f"the {len(blocks)} blocks of a length-11, weight-4, distance-4 constant-weight code found by seeded\n"
+              f"local search ({len(construction)} points), then {polished.iterations} iterations (seed {seed}) of\n"
+              f"independent-set local search in the norm-4 shell (best {len(polished.points)} points).")
+    source = timed("program", lambda: program_source(points, method))
+    return BestProgramRun(source, points, len(construction), blocks, code_history, int(code_final["iteration"]),
+                          polished, seed, iterations, timings)
 
 
 def build_best_program(iterations: int = 5000, seed: int = 0, progress: bool = True) -> tuple[str, dict]:
-    """Best construction polished by local search in its own shell; returns (program source, summary).
-
-    An iteration budget (not a time limit) keeps the written program identical on every machine.
-    """
-    start = time.perf_counter()
-    construction = best_known_construction()
-    built_s = time.perf_counter() - start
-    polished = local_search(construction, seed=seed, iterations=iterations, progress=progress)
-    points = polished.points if len(polished.points) > len(construction) else construction
-    summary = {"num_points": len(points), "construction_points": len(construction), "construction_s": round(built_s, 2),
-               "search_points": len(polished.points), "search_s": round(polished.elapsed_s, 2),
-               "search_iterations": polished.iterations}
-    method = ("the norm-4 code construction: ±2e_i and all (±1)^4 sign patterns on\n"
-              "the 35 blocks of a length-11, weight-4, distance-4 constant-weight code found by seeded\n"
-              f"local search ({len(construction)} points), then {polished.iterations} iterations (seed {seed}) of\n"
-              f"independent-set local search in the norm-4 shell (best {len(polished.points)} points).")
-    return program_source(points, method), summary
+    """Best construction polished by local search in its own shell; returns (program source, summary)."""
+    run = best_program_search(iterations, seed, progress)
+    summary = {"num_points": len(run.points), "construction_points": run.construction_points,
+               "construction_s": round(run.timings["code_search"]["wall_s"] + run.timings["construction"]["wall_s"], 2),
+               "search_points": len(run.polished.points), "search_s": round(run.polished.elapsed_s, 2),
+               "search_iterations": run.polished.iterations}
+    return run.source, summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hw3lib.models.lora import apply_lora, is_adapter_folder, load_adapter
 from hw3lib.models.pretrained import load_resolved, model_kind
 from hw3lib.models.tiny import tiny_model_path
 from hw3lib.models.warmstart import sft_warm_start, tiny_sft_path
@@ -54,12 +55,24 @@ def load_model_and_tokenizer(name_or_path: str = TINY, device: str = "cpu", dtyp
     return load_resolved(*resolve(name_or_path), device=device, dtype=dtype)
 
 
-def load_training_policy(source: str, cfg):
+def load_training_policy(source: str, cfg, base: str | None = None):
     """The policy a run trains: float32 master weights on `cfg.policy_device` (the low precision is
-    autocast's), with gradient checkpointing when `cfg.gradient_checkpointing`. Returns (policy, tokenizer)."""
-    policy, tokenizer = load_model_and_tokenizer(source, device=cfg.policy_device, dtype="float32")
+    autocast's), with gradient checkpointing when `cfg.gradient_checkpointing` and LoRA adapters when
+    `cfg.lora_rank` > 0 (hw3lib.models.lora). `source`: the initial model or a checkpoint's `policy` folder;
+    a LoRA run's checkpoint holds the adapter only, loaded onto `base` (the run's initial model, which LoRA
+    never changes). Returns (policy, tokenizer)."""
+    lora = getattr(cfg, "lora_rank", 0) > 0
+    adapter = lora and is_adapter_folder(source)
+    if adapter and base is None:
+        raise ValueError(f"{source} holds a LoRA adapter only: pass base=<the run's initial model>")
+    policy, tokenizer = load_model_and_tokenizer(base if adapter else source, device=cfg.policy_device,
+                                                 dtype="float32")
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
+    if lora:
+        policy = apply_lora(policy, cfg)
+        if adapter:
+            load_adapter(policy, source)
     return policy, tokenizer
 
 

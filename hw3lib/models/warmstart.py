@@ -62,7 +62,7 @@ def sft_warm_start(source: str, records: Sequence[dict] | None = None, steps: in
     (`arithmetic_sft_target`); the others get the bare answer `direct_answer_target` (a seeded,
     fixed choice per record). See the module docstring for why the smoke profile mixes them.
     """
-    from hw3lib.core.io import build_folder_once, cache_dir
+    from hw3lib.core.io import build_folder_once, cache_dir, shown_path
     from hw3lib.tasks.data import make_arithmetic_problems
 
     if steps < 1 or batch_size < 1 or not lr > 0:
@@ -84,7 +84,7 @@ def sft_warm_start(source: str, records: Sequence[dict] | None = None, steps: in
         return target
     build_folder_once(target, lambda staging: _train_warm_start(staging, records, settings, verbose))
     if verbose:
-        print(f"  warm start saved to {target}", flush=True)
+        print(f"  warm start saved to {shown_path(target)}", flush=True)
     return target
 
 

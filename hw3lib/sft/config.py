@@ -15,9 +15,27 @@ the same data, engine and evaluation code.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hw3lib.core.config import RolloutRunConfig, RunConfig
+
+
+SFT_FILE_ENV = "HW3_SFT_FILE"
+
+
+def course_sft_file() -> str | None:
+    """The course's SFT file named by $HW3_SFT_FILE (notebook 05 passes it as `sft_file`), or None: traces are
+    then built from the dataset's worked solutions. A name that is not a .jsonl file is refused here, by name."""
+    value = os.environ.get(SFT_FILE_ENV, "").strip()
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if path.suffix != ".jsonl" or not path.is_file():
+        raise FileNotFoundError(f"${SFT_FILE_ENV}={value}: no such .jsonl file; point it at the course's SFT data "
+                                "(prompt, response, ground_truth per line) or unset it to build traces from the dataset")
+    return str(path)
 
 
 def _check_r1_zero(cfg: RunConfig) -> None:

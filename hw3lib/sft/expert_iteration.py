@@ -174,7 +174,8 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
     train_records, eval_records = load_task(cfg)
     reward_fn = reward_fn_for(cfg.prompt)
     initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
-    policy, tokenizer = load_training_policy(policy_source(checkpoint, initial_model), cfg)  # float32 masters
+    policy, tokenizer = load_training_policy(policy_source(checkpoint, initial_model), cfg,
+                                             base=initial_model)  # float32 masters
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
                       fresh_state={"round": 0, "step": 0, "rollouts": 0, "elapsed_s": 0.0})
     engine = training_engine(cfg, policy, tokenizer, initial_model)

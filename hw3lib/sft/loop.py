@@ -337,7 +337,7 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     reward_fn = reward_fn_for(cfg.prompt)
     pool = read_sft_file(cfg.sft_file) if cfg.sft_file else build_traces(train_records, cfg.prompt)
     traces, trace_info = select_traces(pool, cfg, reward_fn)
-    policy, tokenizer = load_training_policy(policy_source(checkpoint, cfg.model), cfg)  # float32 masters
+    policy, tokenizer = load_training_policy(policy_source(checkpoint, cfg.model), cfg, base=cfg.model)  # float32
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
                       fresh_state={"step": 0, "skipped_steps": 0, "elapsed_s": 0.0})
     atomic_write_json(run_dir / TRACES_FILE, {**trace_info, "examples": traces[:4]})

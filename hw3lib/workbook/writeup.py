@@ -4,7 +4,9 @@ The notebooks export their plots (PNG/PDF) and a small JSON of their key numbers
 This module gathers every `figures/*.json` into `writeup/results.json` and compiles
 `writeup/writeup.typ` with Typst (the `typst` PyPI package, fully offline). The Typst source reads
 the numbers from that JSON, so no figure in the writeup is typed by hand; sections whose notebook
-has not been run say so ("Not run yet") instead of failing.
+has not been run say so ("Not run yet") instead of failing. Each section ends with the student's own
+discussion, `writeup/answers/<key>.md` (`ANSWER_KEYS`), included verbatim (a placeholder when absent);
+the build reads those files and never writes them.
 
 `SECTIONS` lists the writeup's top-level sections in order with the notebook that fills each;
 `check_writeup(pdf, required_sections, must_be_run)` opens a built PDF (pypdf), splits its text at
@@ -23,7 +25,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from hw3lib.core.io import DataFileError, atomic_write_bytes, atomic_write_json, figures_dir, project_root
+from hw3lib.core.io import (DataFileError, atomic_write_bytes, atomic_write_json, figures_dir, output_root,
+                            project_root)
 
 
 # The grids' sections (writeup/grids.typ), in the order the writeup shows them: grid -> section title.
@@ -54,20 +57,75 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Kissing configurations in 11 dimensions", "06"),
 )
 NOT_RUN = "Not run yet"  # what `missing()` in writeup/common.typ prints
+# The student's own words: writeup/answers/<key>.md, one per section, included verbatim below the computed
+# reading (`your-answer(key)` in writeup/common.typ). Section title -> key (a grid's key is its name).
+ANSWERS_DIR = "answers"
+ANSWER_KEYS: dict[str, str] = {
+    "Zero-shot evaluation": "zero_shot", "Best-of-N test-time scaling": "best_of_n",
+    "The GRPO building blocks": "grpo_units", "GRPO training": "grpo_loop",
+    "Keyword inclusion on a transformer written in hw3lib": "keyword",
+    "Asynchronous GRPO: overlapping generation and training": "async_grpo",
+    **{title: name for name, title in GRID_SECTIONS.items()},
+    "SFT at several data sizes, and expert iteration": "sft_ei",
+    "Kissing configurations in 11 dimensions": "kissing",
+}
+
+
+# What each section must say once it has runs (the handouts' written deliverables, issue-by-issue): phrases the
+# PDF's text must hold; a tuple of alternatives where either form answers the item. Every section also needs
+# the student's box ("Your answer"), and every section with sampled numbers its settings line ("Settings:").
+EVERY_SECTION = ("Your answer",)
+WITH_SETTINGS = ("Settings:",)
+REQUIRED_ITEMS: dict[str, tuple] = {
+    "Zero-shot evaluation": WITH_SETTINGS + ("Model or parser?",
+                                             ("An example of the correct category", "No response was correct")),
+    "Best-of-N test-time scaling": WITH_SETTINGS + ("Solving or recognizing?",),
+    "The GRPO building blocks": ("Which normalization biases towards short or long responses?",),
+    "GRPO training": WITH_SETTINGS + ("Example rollouts over time",),
+    "Keyword inclusion on a transformer written in hw3lib": WITH_SETTINGS + ("Reward hacking.",),
+    "Asynchronous GRPO: overlapping generation and training": WITH_SETTINGS,
+    "SFT at several data sizes, and expert iteration": WITH_SETTINGS + ("The handout's thresholds", "Against SFT:"),
+    **{title: WITH_SETTINGS + ("Logged metrics", "Stability") for title in GRID_SECTIONS.values()},
+}
+REQUIRED_ITEMS[GRID_SECTIONS["learning_rate"]] += ("The handout asks for a validation accuracy of at least",)
+REQUIRED_ITEMS[GRID_SECTIONS["off_policy"]] += ("Why these ranges",)
+REQUIRED_ITEMS["Kissing configurations in 11 dimensions"] = ("How the stored program was found", "Largest free cap",
+                                                             "What limited it.", "Reflection.")
+REQUIRED_ITEMS[GRID_SECTIONS["length_normalization"]] += ("think about it",)
+REQUIRED_ITEMS[GRID_SECTIONS["leaderboard"]] += ("How the preset was chosen",)
 
 
 class WriteupCheckError(RuntimeError):
-    """The built PDF lacks required sections or shows "Not run yet" where a run was expected."""
+    """The built PDF lacks required sections or items, or shows "Not run yet" where a run was expected."""
 
-    def __init__(self, pdf: Path, missing: list[str], not_run: list[str]):
-        self.missing, self.not_run = missing, not_run
+    def __init__(self, pdf: Path, missing: list[str], not_run: list[str], incomplete: dict[str, list[str]] | None = None):
+        self.missing, self.not_run, self.incomplete = missing, not_run, incomplete or {}
         lines = [f"{pdf} fails its check:"]
         if missing:
             lines.append("  sections missing: " + "; ".join(missing) + " (is writeup/writeup.typ complete?)")
         if not_run:
             lines.append("  sections still saying \"Not run yet\": " + "; ".join(not_run)
                          + " (run their notebooks, then rebuild)")
+        for title, items in self.incomplete.items():
+            lines.append(f"  section \"{title}\" lacks: " + "; ".join(items)
+                         + " (its notebook did not export it: re-run the notebook, then rebuild)")
         super().__init__("\n".join(lines))
+
+
+def required_items(title: str) -> tuple:
+    """The phrases (or alternatives) section `title` must hold once it has runs."""
+    return EVERY_SECTION + REQUIRED_ITEMS.get(title, ())
+
+
+def missing_items(title: str, text: str) -> list[str]:
+    """The required items of section `title` that its (run) `text` lacks, each as its first phrasing."""
+    text = _normalized(text)
+    lacking = []
+    for item in required_items(title):
+        options = item if isinstance(item, tuple) else (item,)
+        if not any(option in text for option in options):
+            lacking.append(" or ".join(f'"{option}"' for option in options))
+    return lacking
 
 
 def sections_of_notebooks(numbers: Iterable[str]) -> list[str]:
@@ -124,19 +182,22 @@ def pdf_sections(pdf: str | Path) -> dict[str, str]:
 
 def check_writeup(pdf: str | Path, required_sections: Iterable[str] = tuple(t for t, _ in SECTIONS),
                   must_be_run: Iterable[str] = (), raise_on_failure: bool = True) -> dict:
-    """Which `required_sections` the PDF lacks and which of `must_be_run` still say "Not run yet".
+    """Which `required_sections` the PDF lacks, which of `must_be_run` still say "Not run yet", and which
+    required items (`required_items`) each section that has runs lacks.
 
-    Returns `{"sections": {title: ran?}, "missing": [...], "not_run": [...]}`; raises WriteupCheckError
-    naming both lists when either is non-empty (unless `raise_on_failure=False`).
+    Returns `{"sections": {title: ran?}, "missing": [...], "not_run": [...], "incomplete": {title: [...]}}`;
+    raises WriteupCheckError naming all three when any is non-empty (unless `raise_on_failure=False`).
     """
     sections = pdf_sections(pdf)
     ran = {title: NOT_RUN not in _normalized(text) for title, text in sections.items()}
     missing = [title for title in required_sections if title not in sections]
     not_run = [title for title in must_be_run if title in sections and not ran[title]]
     missing += [title for title in must_be_run if title not in sections and title not in missing]
-    if (missing or not_run) and raise_on_failure:
-        raise WriteupCheckError(Path(pdf), missing, not_run)
-    return {"sections": ran, "missing": missing, "not_run": not_run}
+    incomplete = {title: lacking for title, text in sections.items()
+                  if ran[title] and (lacking := missing_items(title, text))}
+    if (missing or not_run or incomplete) and raise_on_failure:
+        raise WriteupCheckError(Path(pdf), missing, not_run, incomplete)
+    return {"sections": ran, "missing": missing, "not_run": not_run, "incomplete": incomplete}
 
 
 def collect_results(figures: Path | None = None) -> dict:
@@ -156,17 +217,54 @@ def collect_results(figures: Path | None = None) -> dict:
     }
 
 
+def collect_answers(writeup: Path) -> dict[str, str]:
+    """The student's answers, `writeup/answers/<key>.md` -> {key: text}; only read, never written.
+
+    A file whose name is not a section key is refused with the list of keys, so a typo does not
+    silently drop an answer from the PDF.
+    """
+    folder = writeup / ANSWERS_DIR
+    answers = {}
+    for path in sorted(folder.glob("*.md")) if folder.is_dir() else []:
+        if path.name == "README.md":
+            continue
+        if path.stem not in ANSWER_KEYS.values():
+            raise DataFileError(f"{path}: no section has the key {path.stem!r}; rename it to one of "
+                                + ", ".join(f"{key}.md" for key in ANSWER_KEYS.values()))
+        try:
+            answers[path.stem] = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+    return answers
+
+
 def build_writeup(root: Path | None = None) -> Path:
-    """Compile writeup/writeup.typ to writeup/writeup.pdf (written atomically); returns the PDF path."""
+    """Compile `root`/writeup/writeup.typ to `root`/writeup/writeup.pdf (written atomically) from
+    `root`/figures; returns the PDF path. Default root: `output_root()` (the checkout, or $HW3_OUTPUT_DIR,
+    which is given a fresh copy of the checkout's Typst sources first)."""
     import typst
 
-    root = root or project_root()
+    if root is None:
+        root = output_root()
+        _copy_typst_sources(project_root() / "writeup", root / "writeup")
     source = root / "writeup" / "writeup.typ"
     if not source.is_file():
         raise FileNotFoundError(f"{source} is missing: restore it from the repository (git checkout writeup/)")
-    atomic_write_json(root / "writeup" / "results.json", collect_results(root / "figures"))
+    # The student's answers are read from the checkout's writeup/answers/ (where they write them), never written.
+    answers = collect_answers(root / "writeup" if (root / "writeup" / ANSWERS_DIR).is_dir()
+                              else project_root() / "writeup")
+    atomic_write_json(root / "writeup" / "results.json", {**collect_results(root / "figures"), "answers": answers})
     pdf_bytes = typst.compile(str(source), root=str(root))
     return atomic_write_bytes(root / "writeup" / "writeup.pdf", pdf_bytes)
+
+
+def _copy_typst_sources(source: Path, target: Path) -> None:
+    """The writeup's Typst sources, copied into an output folder outside the checkout (nothing when the
+    two are the same folder)."""
+    if not source.is_dir() or target.resolve() == source.resolve():
+        return
+    for path in sorted(source.glob("*.typ")):
+        atomic_write_bytes(target / path.name, path.read_bytes())
 
 
 def _git_commit() -> str:

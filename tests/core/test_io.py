@@ -72,3 +72,28 @@ def test_save_figure_writes_each_format_whole_and_keeps_dotted_stems(tmp_path):
     assert [p.name for p in paths] == ["run.v2.pdf", "run.v2.png"]
     assert paths[0].read_bytes()[:5] == b"%PDF-" and paths[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(os.listdir(tmp_path / "plots")) == ["run.v2.pdf", "run.v2.png"]  # no temporary files left
+
+
+def test_shown_path_never_prints_a_machines_absolute_path(tmp_path, monkeypatch):
+    from hw3lib.core.io import project_root, shown_path
+
+    monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path / "out" / "runs"))
+    monkeypatch.setenv("HW3_CACHE_DIR", str(tmp_path / "cache"))
+    assert shown_path(tmp_path / "out" / "runs" / "grpo_smoke") == "runs/grpo_smoke"
+    assert shown_path(tmp_path / "cache" / "warmstart" / "ab12") == "$HW3_CACHE_DIR/warmstart/ab12"
+    assert shown_path(project_root() / "figures" / "x.png") == "figures/x.png"
+    assert shown_path("/somewhere/else/deep/run_a") == ".../deep/run_a"
+    assert shown_path("runs/relative") == "runs/relative"
+
+
+def test_a_run_start_prints_only_what_differs_from_its_recipe(monkeypatch):
+    from hw3lib.grpo.config import GRPOConfig
+
+    monkeypatch.delenv("HW3_COURSE", raising=False)
+    recipe = GRPOConfig.for_profile("smoke")
+    changed = recipe.replace(name="other", learning_rate=recipe.learning_rate * 2, group_size=4)
+    lines = changed.describe_changes().splitlines()
+    assert lines[0] == "  settings that differ from the smoke profile's GRPOConfig recipe:"
+    assert sorted(lines[1:]) == [f"  group_size = 4 (recipe: {recipe.group_size!r})",
+                                 f"  learning_rate = {2 * recipe.learning_rate!r} (recipe: {recipe.learning_rate!r})"]
+    assert recipe.describe_changes().splitlines()[1:] == ["  (none)"]

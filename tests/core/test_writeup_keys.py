@@ -63,7 +63,9 @@ def _producers():
     from hw3lib.kissing.report import kissing_result
     from hw3lib.workbook.units import grpo_units_result
 
-    cfg = SimpleNamespace(profile="smoke", model="tiny", dataset="arithmetic", n_grpo_steps=3, rollout_batch_size=8)
+    from hw3lib.grpo.config import GRPOConfig
+
+    cfg = GRPOConfig.for_profile("smoke")
     t = torch.ones(2, 3)
     return {
         "zero_shot": lambda: zero_shot_result(_zero_shot_summary(), "smoke"),
@@ -91,3 +93,20 @@ def test_zero_shot_result_numbers():
     z = zero_shot_result(result, "smoke")
     assert (z["accuracy"], z["format_rate"], z["truncation_rate"], z["mean_response_tokens"]) == (0.5, 0.5, 0.5, 20.0)
     assert (z["count_correct"], z["count_unformatted"], z["count_wrong_answer"], z["max_tokens"]) == (1, 1, 0, 32)
+
+
+def test_settings_state_course_profile_model_data_and_sampling(monkeypatch):
+    from hw3lib.core.writeup_keys import config_settings, settings_of
+    from hw3lib.grpo.config import GRPOConfig
+
+    monkeypatch.delenv("HW3_COURSE", raising=False)
+    s = settings_of("full", "Qwen/Qwen3-0.6B", "gsm8k", 1024, 1.0, 1.0, 1024)
+    assert s["text"] == ("course GSM8K with Qwen3-0.6B (`gsm8k-qwen3`), profile `full`, model `Qwen/Qwen3-0.6B`, "
+                         "data `gsm8k` (1024 examples), sampling temperature 1, top-p 1, at most 1024 tokens")
+    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
+    greedy = settings_of("smoke", "tiny", "math-synthetic", 64, 0.0, 1.0, 96)
+    assert greedy["course"] == "math-qwen2.5" and "sampling greedy (temperature 0), at most 96 tokens" in greedy["text"]
+    cfg = GRPOConfig.for_profile("smoke")
+    from_cfg = config_settings(cfg)
+    assert (from_cfg["n_examples"], from_cfg["temperature"], from_cfg["max_tokens"]) == (
+        cfg.n_eval_examples, cfg.eval_temperature, cfg.sampling_max_tokens)

@@ -161,6 +161,9 @@ def test_best_of_n_metrics_collects_everything_by_hand():
         "pass_at_k_unbiased": [pytest.approx(0.5), pytest.approx(5 / 6), 1.0],
         "best_at_n": [0.0, 1.0, 0.0],
         "maj_at_n": [0.0, 0.5, 0.5],
+        # N=1: both first samples wrong and alone -> 2 solving misses; N=2: both picks right;
+        # N=4: picks A[2] (tie -> lowest index) and B[3], both wrong, both prompts had a correct one.
+        "misses": [{"recognize": 0, "solve": 2}, {"recognize": 0, "solve": 0}, {"recognize": 2, "solve": 0}],
     }
     flat = flatten_metrics(metrics)
     assert flat["pass_at_2_first"] == 1.0 and flat["pass_at_2_unbiased"] == pytest.approx(5 / 6)
@@ -208,6 +211,25 @@ def test_plot_and_json_are_written(tmp_path):
     assert saved["best_at_n"] == [0.0, 1.0, 0.0] and saved["best_at_4"] == 0.0
     assert saved["gap_pass_first_minus_best"] == metrics["pass_at_n_first"][2] - 0.0  # at the largest N, 4
     assert saved["max_tokens"] == 32 and saved["model"] == "tiny"
+    assert saved["misses"][2] == {"recognize": 2, "solve": 0}
+    assert saved["solving_or_recognizing"] == (
+        "Best@4 missed 2 of 2 questions: on 2 of them a correct response was among the 4 samples (a recognizing "
+        "failure), on 0 none was (a solving failure), so the bottleneck here is mostly recognizing: the model often "
+        "produced a correct response and then preferred a wrong one.")
+
+
+def test_solving_or_recognizing_counts_unsolved_prompts():
+    from hw3lib.evaluation.best_of_n import best_at_n_misses, solving_or_recognizing
+
+    correct = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 1]], dtype=bool)
+    logprob = np.array([[-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0]])  # always picks sample 0
+    # Prompt 0: no correct sample (solve); prompt 1: pick right; prompt 2: correct sample 2 not picked (recognize).
+    assert best_at_n_misses(correct, logprob, 3) == {"recognize": 1, "solve": 1}
+    assert best_at_n_misses(correct, logprob, 1) == {"recognize": 0, "solve": 2}
+    metrics = best_of_n_metrics(SampleResults(correct, logprob, [[None] * 3] * 3), ns=(1, 3))
+    assert solving_or_recognizing(metrics).endswith("half recognizing, half solving.")
+    everything = best_of_n_metrics(SampleResults(np.ones((2, 3), bool), logprob[:2], [[None] * 3] * 2), ns=(3,))
+    assert solving_or_recognizing(everything) == "Best@3 was right on all 2 questions: nothing to recognize or solve better."
 
 
 def test_pass_at_1_check_hand_worked():

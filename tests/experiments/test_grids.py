@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
 from hw3lib.experiments.grids import (GRIDS, DivergenceCheck, Grid, GridResult, binomial_band, build_grid, choices_from,
-                                common_base, compare, config_key, difference_band, noise_reading, run_grid, seed_band)
+                                common_base, compare, config_key, difference_band, grid_run_name, noise_reading,
+                                run_grid, seed_band)
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.grpo.config import GRPOConfig
 
@@ -52,7 +54,9 @@ def test_each_config_differs_from_its_base_in_exactly_the_named_settings(profile
         assert grid.reference in grid.configs, name
         assert len(grid.configs) >= (5 if name == "learning_rate" else 1)
         for label, cfg in grid.configs.items():
-            assert cfg.name == f"{name}/{label}"
+            # grids derived from earlier grids' winners add a hash of the change (test_derived_run_names_...)
+            pattern = f"{name}/{label}-[0-9a-f]{{8}}" if GRIDS[name][3] else f"{name}/{label}"
+            assert re.fullmatch(pattern, cfg.name) and cfg.name == grid_run_name(name, label, grid.changes[label])
             changed = differing(cfg, grid.base)
             assert changed == set(grid.changes[label]), (name, label)
             assert changed <= NAMED[name], (name, label, changed)
@@ -256,6 +260,48 @@ def test_runner_resumes_reuses_shares_and_records_divergence(monkeypatch):
     assert again.records["nan"]["status"] == "diverged"
     assert again.results["nan"].metrics == result.results["nan"].metrics
     assert again.results["a"].metrics == run.metrics
+
+
+def test_derived_run_names_follow_the_derivation():
+    """A grid built from earlier grids' winners names each run after its change: other winners, another run;
+    the same winners, the same run (issue 23: a short sweep's leaderboard run, then a longer sweep's)."""
+    def leaderboard(settings):
+        return build_grid("leaderboard", "smoke", choices={"settings": settings}).configs["best"].name
+
+    first, again = leaderboard({"loss_type": "no_baseline"}), leaderboard({"loss_type": "no_baseline"})
+    other = leaderboard({"loss_type": "reinforce_with_baseline", "learning_rate": 1e-4})
+    assert first == again and first != other and first.startswith("leaderboard/best-") and len(first) == 25
+    assert leaderboard({}) not in (first, other)  # the base's own settings won: a name of its own too
+    focused = [build_grid("off_policy_focused", "smoke", choices={"top": [top]}).configs
+               for top in ({"epochs_per_rollout_batch": 2}, {"epochs_per_rollout_batch": 2, "train_batch_size": 64})]
+    assert focused[0]["e1_b256"].name == focused[1]["e1_b256"].name  # the on-policy reference: same run
+    clips = [build_grid("clip_ablation", "smoke", choices={"off_policy": point}).configs["grpo_clip"].name
+             for point in ({"epochs_per_rollout_batch": 2}, {"epochs_per_rollout_batch": 1, "train_batch_size": 64})]
+    assert clips[0] != clips[1]
+    assert build_grid("baselines", "smoke").configs["no_baseline"].name == "baselines/no_baseline"  # not derived
+
+
+def test_a_new_derivation_trains_a_new_run_and_the_same_one_is_reused(monkeypatch):
+    """The leaderboard trained on one set of winners, then on another (resuming the first run's folder used to
+    fail: "cannot resume ...: the config differs (loss_type: ...)"), then on the first again (read back)."""
+    import hw3lib.experiments.grids as experiments
+    import hw3lib.grpo.loop as train_module
+    from hw3lib.core.io import runs_dir
+
+    monkeypatch.setattr(experiments, "grid_base", lambda name, profile=None, steps=None: tiny_base())
+
+    def leaderboard(loss_type):
+        return run_grid(build_grid("leaderboard", "smoke", choices={"settings": {"loss_type": loss_type}}))
+
+    first = leaderboard("no_baseline")
+    second = leaderboard("grpo_clip")
+    runs = [result.records["best"]["run"] for result in (first, second)]
+    assert runs[0] != runs[1] and all(name.startswith("leaderboard/best-") for name in runs)
+    assert [result.results["best"].config.loss_type for result in (first, second)] == ["no_baseline", "grpo_clip"]
+    assert all((runs_dir() / name / "config.json").is_file() for name in runs)
+    monkeypatch.setattr(train_module, "start_run", lambda *a, **k: pytest.fail("a run was trained again"))
+    again = leaderboard("no_baseline")
+    assert again.records["best"]["run"] == runs[0] and again.results["best"].metrics == first.results["best"].metrics
 
 
 def test_run_sweep_runs_the_grids_a_grid_needs_and_passes_on_their_winners(monkeypatch):

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from hw3lib.experiments.grids import Grid, GridResult
-from hw3lib.experiments.report import grid_summary, metric_stats, report_grid, reward_at, seconds_per_step
+from hw3lib.experiments.grids import Grid, GridResult, choices_from
+from hw3lib.experiments.report import (grid_summary, metric_stats, report_grid, reward_at, seconds_per_step, series,
+                                       summary_choice, trend)
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.grpo.config import GRPOConfig
 
@@ -229,7 +230,7 @@ def test_kl_drift_with_a_flat_reward_says_the_correlation_is_not_measurable():
 
 def test_leaderboard_states_the_chosen_settings_and_result():
     grid = _grid("leaderboard", {"best": {"learning_rate": 6e-4}})
-    answers = grid_summary(_result(grid, {"best": _ends(0.3, 0.7, seconds=600.0)}))["answers"]
+    answers = grid_summary(_result(grid, {"best": _ends(0.3, 0.7, seconds=600.0)}), earlier={})["answers"]
     assert answers == ["Settings changed from the base recipe: learning_rate = 0.0006. With `tiny` on `arithmetic` for "
                        "2 GRPO steps the validation answer reward went 30.0% -> 70.0% (+40.0 points, beyond noise, "
                        "band ±12.9 points) in 10.0 minutes."]
@@ -279,3 +280,177 @@ def test_report_grid_writes_the_summary_and_names_its_figures(tmp_path, monkeypa
     assert summary["figures"] == ["kl_drift_reward.png", "kl_drift_metrics.png", "kl_drift_kl.png"]
     assert json.loads((tmp_path / "grid_kl_drift.json").read_text()) == summary
     assert all((tmp_path / name).read_bytes()[:4] == b"\x89PNG" for name in summary["figures"])
+
+
+# ---- trends of the logged metrics, stability, the handout's threshold, the leaderboard's selection -----------
+
+RISING = [1.0, 2.0, 1.0, 2.0, 5.0, 5.0, 5.0, 5.0, 3.0, 4.0, 3.0, 4.0]
+
+
+def test_trend_compares_the_first_and_last_thirds_against_their_noise_band():
+    # 12 steps, thirds of 4: means 1.5 and 3.5, each third's sample variance (4 x 0.25) / 3 = 1/3, so the band is
+    # 2 sqrt(1/3 / 4 + 1/3 / 4) = 2 sqrt(1/6) = 0.8165: +2 is beyond it.
+    rose = trend(RISING, "entropy")
+    assert (rose["first_third"], rose["last_third"], rose["window"]) == (1.5, 3.5, 4)
+    assert rose["band"] == pytest.approx(0.81650, abs=1e-5)
+    assert rose["text"] == "entropy rose: 1.5 -> 3.5 (+2, beyond ±0.816)"
+    assert trend(RISING[::-1], "entropy")["text"] == "entropy fell: 3.5 -> 1.5 (-2, beyond ±0.816)"
+    # Thirds [1, 3, 1, 3] and [1.5, 3.5, 1.5, 3.5]: means 2 and 2.5, variances 4/3 each, band 2 sqrt(2/3) = 1.633.
+    flat = trend([1.0, 3.0, 1.0, 3.0, 0.0, 0.0, 0.0, 0.0, 1.5, 3.5, 1.5, 3.5], "gradient norm")
+    assert flat["direction"] == "flat" and flat["band"] == pytest.approx(1.63299, abs=1e-5)
+    assert flat["text"] == "gradient norm flat within noise (±1.63): 2 -> 2.5"
+    assert trend([1.0] * 5, "KL k3") == {"steps": 5, "window": 1,
+                                         "text": "KL k3: too few steps (5 GRPO steps; each third needs at least 2)"}
+
+
+def test_trends_average_seed_repeats_step_by_step_and_appear_in_the_summary():
+    cfg = GRPOConfig.for_profile("smoke", name="x")
+    runs = [_run(cfg, [(0, 1.0, 0.3)], {"train/entropy": [1.0, 2.0]}), _run(cfg, [(0, 1.0, 0.3)],
+                                                                             {"train/entropy": [3.0, 4.0]})]
+    assert series(runs, "train/entropy") == [2.0, 3.0]
+    grid = _grid("baselines", {"reinforce_with_baseline": {}, "no_baseline": {"loss_type": "no_baseline"}})
+    summary = grid_summary(_result(grid, {"reinforce_with_baseline": _ends(0.3, 0.5),
+                                          "no_baseline": {**_ends(0.3, 0.5), "per_step": {"train/entropy": RISING}}}))
+    assert summary["trends"]["no_baseline"]["train/entropy"]["direction"] == "rose"
+    assert summary["trend_sentences"][0] == ("`reinforce_with_baseline`: too few GRPO steps (2) for a trend: each "
+                                             "third needs at least 2.")
+    # The fake rows log a constant training reward 0.3: flat, band 0.
+    assert summary["trend_sentences"][1] == ("`no_baseline`: training reward flat within noise (±0): 0.3 -> 0.3; "
+                                             "entropy rose: 1.5 -> 3.5 (+2, beyond ±0.816).")
+
+
+def test_learning_rate_checks_the_handouts_25_percent_target():
+    grid = _grid("learning_rate", {"lr_0.0002": {}, "lr_0.0006": {"learning_rate": 6e-4}})
+    met = grid_summary(_result(grid, {"lr_0.0002": _ends(0.1, 0.2), "lr_0.0006": _ends(0.1, 0.7)}))["answers"]
+    # 70% on 100 questions: 2 sqrt((71/102)(31/102)/102) = 0.0911.
+    assert ("The handout asks for a validation accuracy of at least 25.0% (stated for the full profile, MATH with the "
+            "course's model; this is the smoke profile, a tiny model on its toy task, not expected to meet it): best "
+            "run lr 0.0006 at 70.0% (±9.1 points, 2 s.e.) -> met.") in met
+    assert ("Gradient norm: `lr_0.0006` averaged 1 over its GRPO steps (last step 1) vs 1 (last 1) for `lr_0.0002` "
+            "(1.00x, about the same).") in met  # the winner's other logged metrics against the base rate
+    not_met = grid_summary(_result(grid, {"lr_0.0002": _ends(0.1, 0.2), "lr_0.0006": _ends(0.1, 0.15)}))["answers"]
+    # 20%: 2 sqrt((21/102)(81/102)/102) = 0.0801.
+    assert any(a.endswith("best run lr 0.0002 at 20.0% (±8.0 points, 2 s.e.) -> not met.") for a in not_met)
+
+
+SPIKY = {"train/grad_norm": [1.0, 1.0, 1.0, 10.0, 1.0, 1.0], "train/reward": [0.5, 0.5, 0.5, 0.1, 0.5, 0.5],
+         "train/kl_k3": [0.01, 0.02, 0.03, 0.5, 0.51, 0.52], "train/kl_k1": [0.01] * 6}
+
+
+def test_stability_finds_a_gradient_norm_spike_and_a_reward_drop_and_kl_drift_calls_it_instability():
+    grid = _grid("kl_drift", {"kl": {"monitor_kl": True}})
+    summary = grid_summary(_result(grid, {"kl": {"evals": [(0, 1.0, 0.3), (6, 40.0, 0.4)], "per_step": SPIKY}}))
+    stability = summary["stability"]["kl"]
+    assert stability["grad_norm"] == {"max": 10.0, "median": 1.0, "ratio": 10.0, "grpo_step": 4, "spike": True}
+    # 0.5 -> 0.1 over 256 rollouts each: 2 sqrt((129/258)(129/258)/258 + (26.6/258)(231.4/258)/258) = 0.0729.
+    assert stability["text"][2:] == [
+        "Largest gradient norm 10 (GRPO step 4), 10.0x the median 1: a spike (the bar: 5x the median).",
+        "Largest step-to-step drop in training reward: 0.5 -> 0.1 at GRPO step 4 (-40.0 points), beyond noise, band "
+        "±7.3 points (binomial, 256 rollouts per step).",
+        "Largest one-step rise of KL k3: 0.47 (to GRPO step 4), 47.0x the median one-step change 0.01: a spike (the "
+        "bar: 5x)."]
+    assert summary["answers"][2] == (
+        "Instability in `kl`: the gradient norm spiked to 10 at GRPO step 4 (10.0x the median); the training reward "
+        "dropped 0.5 -> 0.1 at GRPO step 4, beyond noise (band ±7.3 points); KL k3 spiked: +0.47 to GRPO step 4 "
+        "(47.0x the median one-step change). Checked and clear: no optimizer step skipped for a non-finite loss or "
+        "gradient norm; no divergence.")
+    calm_steps = {**SPIKY, "train/grad_norm": [1.0] * 6, "train/reward": [0.5] * 6,
+                  "train/kl_k3": [0.01 * k for k in range(6)]}
+    calm = grid_summary(_result(grid, {"kl": {"evals": [(0, 1.0, 0.3), (6, 40.0, 0.4)], "per_step": calm_steps}}))
+    # KL 0, .01, ..., .05: every one-step rise is the median one (1.0x); the reward never fell.
+    assert calm["answers"][2] == (
+        "No sign of instability in `kl`. Checked and clear: no optimizer step skipped for a non-finite loss or "
+        "gradient norm; no divergence; no gradient-norm spike (largest 1.0x the median); the training reward never "
+        "fell from one GRPO step to the next; no KL spike (largest one-step rise 1.0x the median change).")
+
+
+def test_sync_strategy_states_each_strategys_stability():
+    grid = _grid("sync_strategy", {"one_step": {}, "multi_epoch": {"epochs_per_rollout_batch": 2}})
+    runs = {"one_step": _ends(0.3, 0.4), "multi_epoch": {**_ends(0.3, 0.4), "per_step": SPIKY}}
+    answers = grid_summary(_result(grid, runs, {"multi_epoch": (6, "train/grad_norm = nan")}))["answers"]
+    assert ("Stability of (A) `one_step`: No optimizer step was skipped for a non-finite loss or gradient norm. It did "
+            "not diverge (no non-finite loss or gradient norm, no collapsed training reward).") in " ".join(answers)
+    stability_b = next(a for a in answers if a.startswith("Stability of (B) `multi_epoch`"))
+    assert "It diverged at GRPO step 6 (train/grad_norm = nan)." in stability_b and "10.0x the median 1: a spike" in \
+        stability_b
+
+
+def test_clip_and_prompt_answers_add_entropy_length_and_an_explanation_from_the_trends():
+    grid = _grid("clip_ablation", {"grpo_clip": {}, "grpo_no_clip": {"loss_type": "grpo_no_clip"}})
+    runs = {"grpo_clip": {**_ends(0.3, 0.6), "per_step": {"train/entropy": [1.0, 1.0]}},
+            "grpo_no_clip": {**_ends(0.3, 0.6), "per_step": {"train/entropy": [2.0, 2.0]}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert ("Entropy: `grpo_no_clip` averaged 2 nats/token over its GRPO steps (last step 2) vs 1 nats/token (last 1) "
+            "for `grpo_clip` (2.00x, higher).") in answers
+    assert "Response length: not logged by these runs." in answers
+    grid = _grid("prompt", {"r1_zero": {}, "question_only": {"prompt": "question_only"}}, warm_start_steps=0)
+    runs = {"r1_zero": {**_ends(0.2, 0.3), "per_step": {"train/response_length_mean": [10.0] * 6}},
+            "question_only": {**_ends(0.2, 0.6), "per_step": {"train/response_length_mean": [10.0] * 4 + [20.0] * 2}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert answers[-1] == ("Attempted explanation, from the logged metrics: the runs moved differently in "
+                           "response length (rose for `question_only`: 10 -> 20; flat for `r1_zero`: 10 -> 10); the "
+                           "gap of +30.0 points goes with these differences.")
+
+
+def test_off_policy_states_entropy_and_length_trends_and_the_grids_rationale():
+    from hw3lib.experiments.grids import build_grid
+
+    grid = _grid("off_policy", {"e1_b256": {}, "e2_b64": {}})
+    runs = {"e1_b256": _ends(0.3, 0.5), "e2_b64": {**_ends(0.3, 0.5), "per_step": {"train/entropy": RISING[::-1]}}}
+    answers = grid_summary(_result(grid, runs))["answers"]
+    assert ("`e2_b64`, first vs last third of its GRPO steps (±2 s.e.): entropy fell: 3.5 -> 1.5 (-2, beyond "
+            "±0.816); response length: not logged.") in answers
+    rationale = build_grid("off_policy", "full").rationale  # from the grid's own configs
+    assert ("epochs_per_rollout_batch takes {1, 2, 4} and train_batch_size {256, 128, 64} (the rollout batch / "
+            "{1, 2, 4})") in rationale and "1 to 16 optimizer steps per rollout batch" in rationale
+    assert rationale.endswith("Runs are 40 of the full 200 GRPO steps, under the handout's 50.")
+    assert build_grid("learning_rate", "full").rationale == ""
+
+
+def _two(name: str, ref: str, other: str, change: dict, ends: tuple[float, float], ref_change: dict | None = None):
+    grid = _grid(name, {ref: ref_change or {}, other: change})
+    result = _result(grid, {ref: _ends(0.3, ends[0]), other: _ends(0.3, ends[1])})
+    return result, {**grid_summary(result, earlier={}), "figures": []}
+
+
+def test_leaderboard_selection_says_which_later_choice_overrides_a_beyond_noise_winner():
+    baselines, baselines_summary = _two("baselines", "reinforce_with_baseline", "no_baseline",
+                                        {"loss_type": "no_baseline"}, (0.3, 0.675))
+    clip, clip_summary = _two("clip_ablation", "grpo_clip", "grpo_no_clip", {"loss_type": "grpo_no_clip"}, (0.5, 0.45))
+    for result, summary in ((baselines, baselines_summary), (clip, clip_summary)):  # the same pick as run_sweep's
+        assert summary_choice(summary)["settings"] == choices_from(result)["settings"]
+    earlier = {"learning_rate": _two("learning_rate", "lr_0.0002", "lr_0.0006", {"learning_rate": 6e-4},
+                                     (0.5, 0.52))[1],
+               "baselines": baselines_summary,
+               "length_normalization": _two("length_normalization", "masked_mean", "constant",
+                                            {"length_normalization": "constant"}, (0.5, 0.5))[1],
+               "std_normalization": _two("std_normalization", "std_on", "std_off",
+                                         {"use_std_normalization": False}, (0.5, 0.5))[1],
+               "off_policy_focused": _two("off_policy_focused", "e1_b256", "e4_b64", {"epochs_per_rollout_batch": 4},
+                                          (0.3, 0.7))[1],
+               "clip_ablation": clip_summary}
+    grid = _grid("leaderboard", {"best": {"epochs_per_rollout_batch": 4}})
+    summary = grid_summary(_result(grid, {"best": _ends(0.3, 0.7)}), earlier=earlier)
+    steps = [step["text"] for step in summary["selection"]]
+    assert [step["grid"] for step in summary["selection"]] == [*earlier, "final"]
+    assert steps[1].startswith("`baselines`: winner `no_baseline`, +37.5 points vs `reinforce_with_baseline` (beyond "
+                               "noise, band ±13.0 points); it contributes loss_type = no_baseline.")
+    assert steps[0].startswith("`learning_rate`: no config beat `lr_0.0002` beyond noise (best other: `lr_0.0006`, "
+                               "+2.0 points, within noise")
+    assert ("it contributes loss_type = grpo_clip; its loss_type = grpo_clip overrides `baselines`'s choice "
+            "loss_type = no_baseline, dropping `no_baseline`, which beat `reinforce_with_baseline` by +37.5 points "
+            "beyond noise (band ±13.0 points) -- replaced by `clip_ablation`'s reference, which beat nothing beyond "
+            "noise.") in steps[5]
+    assert steps[6] == ("Final preset: epochs_per_rollout_batch = 4 (loss_type = grpo_clip: the base recipe's own "
+                        "value, so no change). Beyond-noise winners overridden by a later grid's choice: `no_baseline` "
+                        "(`baselines`). The leaderboard run used exactly these settings.")
+    # On-policy winning off_policy_focused leaves clip_ablation out, as run_sweep does; a missing report is named.
+    earlier["off_policy_focused"] = _two("off_policy_focused", "e1_b256", "e4_b64", {"epochs_per_rollout_batch": 4},
+                                         (0.5, 0.5))[1]
+    del earlier["learning_rate"]
+    steps = [s["text"] for s in grid_summary(_result(grid, {"best": _ends(0.3, 0.7)}), earlier=earlier)["selection"]]
+    assert steps[0].startswith("`learning_rate`: not reported yet for the smoke profile")
+    assert steps[5].startswith("`clip_ablation`: not used: on-policy")
+    assert steps[6] == ("Final preset: loss_type = no_baseline. Incomplete: `learning_rate` not reported yet. The "
+                        "leaderboard run used epochs_per_rollout_batch = 4, not these: the earlier grids' reports "
+                        "changed after it ran (rerun `leaderboard`).")

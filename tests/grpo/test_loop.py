@@ -330,6 +330,14 @@ def test_smoke_grpo_learns():
 
     summary = run_summary(result)
     assert set(RESULT_KEYS["train_loop"]) <= summary.keys() and summary["eval_answer_reward_rise"] == after - before
+    # Example rollouts over time: the same validation questions at the first, a middle and the last validation.
+    validated = [row["grpo_step"] for row in result.eval_rows]
+    examples = summary["example_rollouts"]
+    assert len(examples) == 2 and all(e["question"] and e["gold"] for e in examples)
+    for example in examples:
+        steps = [s["grpo_step"] for s in example["steps"]]
+        assert steps[0] == validated[0] and steps[-1] == validated[-1] and steps == sorted(set(steps))
+        assert all(s["answer_reward"] in (0.0, 1.0) and s["response"] for s in example["steps"])
 
 
 # ---- warm start, CLI, benchmark ---------------------------------------------------------------------------

@@ -229,3 +229,10 @@ def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
     assert "20.0% -> 50.0% (+30.0 points, beyond its 16.9-point band)" in ei_text
     assert summary["noise_band"] == pytest.approx(0.1) and summary["pool_size"] == 4096
     assert summary["filtered_size"] == 3000 and summary["section_seconds"] == 12.0 and "grpo_run" not in summary
+    # EI vs SFT on all traces: 32% vs 60% (-28 points; band at p = 0.46 is 2 * sqrt(2 * 0.46 * 0.54 / 200) = 10.0).
+    assert ("Against SFT: the best EI run (G8) ended at 32.0%, below SFT on all 4096 teacher traces (60.0%; "
+            "-28.0 points, band 10.0), learning only from 128 rollouts") in ei_text
+    assert [(t["value"], t["met"]) for t in summary["thresholds"]] == [(0.60, True), (0.32, True)]
+    assert summary["thresholds"][0]["text"] == ("SFT on the full set (run `all`): 60.0% against the handout's 15%: met "
+                                                "(the threshold is for the full profile's model; this is the smoke "
+                                                "profile).")

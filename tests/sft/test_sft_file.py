@@ -73,3 +73,17 @@ def test_train_sft_reads_the_file(tmp_path):
     assert saved["n_pool"] == 16 and saved["examples"][0]["prompt"].startswith("A conversation between User")
     assert any("What is" in example["question"] for example in saved["examples"])
     assert result.steps == 2
+
+
+def test_the_course_sft_file_comes_from_the_environment(tmp_path, monkeypatch):
+    from hw3lib.sft.config import SFT_FILE_ENV, course_sft_file
+
+    monkeypatch.delenv(SFT_FILE_ENV, raising=False)
+    assert course_sft_file() is None  # unset: traces are built from the dataset
+    data = tmp_path / "sft.jsonl"
+    data.write_text('{"prompt": "p <think>", "response": " r </think> <answer> 1 </answer>", "ground_truth": "1"}\n')
+    monkeypatch.setenv(SFT_FILE_ENV, str(data))
+    assert course_sft_file() == str(data)
+    monkeypatch.setenv(SFT_FILE_ENV, str(tmp_path / "missing.jsonl"))
+    with pytest.raises(FileNotFoundError, match="HW3_SFT_FILE=.*missing.jsonl: no such .jsonl file"):
+        course_sft_file()

@@ -10,6 +10,7 @@ import pytest
 from hw3lib.experiments.grids import GRIDS, Grid, run_grid
 from hw3lib.experiments.report import pct, report_grid
 from hw3lib.core.io import DataFileError, project_root
+from hw3lib.core.writeup_keys import settings_of
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.workbook.writeup import (GRID_SECTIONS, SECTIONS, WriteupCheckError, build_writeup, check_writeup, collect_results,
                             pdf_sections, sections_of_notebooks)
@@ -37,7 +38,8 @@ def test_writeup_reads_exported_numbers(tmp_path):
     summary = {"profile": "smoke", "model": "tiny", "num_examples": 32, "n": 1, "num_samples": 32,
                "accuracy": 0.125, "format_rate": 0.5, "mean_response_tokens": 40.0, "truncation_rate": 0.25,
                "count_correct": 4, "count_wrong_answer": 12, "count_unformatted": 16, "temperature": 1.0,
-               "max_tokens": 48}  # the keys notebook 01 exports
+               "max_tokens": 48, "dataset": "gsm8k",
+               "settings": {"text": "course GSM8K with Qwen3-0.6B (`gsm8k-qwen3`), profile `smoke`"}}  # notebook 01's keys
     (root / "figures" / "zero_shot.json").write_text(json.dumps(summary))
     collected = collect_results(root / "figures")
     assert collected["results"]["zero_shot"] == summary
@@ -121,6 +123,9 @@ def test_zero_shot_review_inspects_ten_per_category(tmp_path):
     assert (unformatted["verdict"], wrong["verdict"]) == ("model", "model")
     assert all(e["fault"] == ("parser" if "\n<answer>" in e["tail"] or "so it is" in e["tail"] else "model")
                for e in review["examples"])
+    # The one correct response (the last row) is shown as the "correct" category's example.
+    assert review["correct_examples"] == [{"index": 23, "sample": 0, "ground_truth": "2",
+                                           "tail": "1 + 1 </think> <answer> 2 </answer>"}]
     with pytest.raises(ValueError, match="at least one"):
         review_zero_shot(tmp_path / "zs", k=0)
 
@@ -130,7 +135,8 @@ def test_zero_shot_review_inspects_ten_per_category(tmp_path):
 REPORTED = ("baselines", "kl_drift")
 ZERO_SHOT = {"profile": "smoke", "model": "tiny", "num_examples": 24, "n": 1, "num_samples": 24, "accuracy": 0.04,
              "format_rate": 0.5, "mean_response_tokens": 9.0, "truncation_rate": 0.0, "count_correct": 1,
-             "count_wrong_answer": 11, "count_unformatted": 12, "temperature": 1.0, "max_tokens": 48}
+             "count_wrong_answer": 11, "count_unformatted": 12, "temperature": 1.0, "max_tokens": 48, "dataset": "gsm8k",
+             "settings": settings_of("smoke", "tiny", "gsm8k", 24, 1.0, 1.0, 48)}
 
 
 def _tiny_grid(name: str, changes: dict[str, dict]) -> Grid:
@@ -209,3 +215,82 @@ def test_numbers_in_the_pdf_come_from_the_results_json(reported):
     assert f"{review['inspected']} failures inspected" in zero_shot and "verdict model" in zero_shot
     kl = collected["grid_kl_drift"]["configs"]["kl"]["metrics"]["train/kl_k3"]["last"]
     assert f"k3 = {kl:.3g}" in sections[GRID_SECTIONS["kl_drift"]]
+
+
+# ---- the student's own words ------------------------------------------------------------------------------
+
+def test_student_answers_appear_verbatim_and_are_never_written(tmp_path):
+    from hw3lib.workbook.writeup import ANSWER_KEYS
+
+    root = _workbook_copy(tmp_path)
+    answers = root / "writeup" / "answers"
+    mine = "The masked mean favours short correct answers.\n\nSecond paragraph: 7 tokens vs 3 tokens."
+    (answers / "best_of_n.md").write_text(mine)
+    before = {p.name: p.read_bytes() for p in answers.iterdir()}
+    sections = pdf_sections(build_writeup(root))
+    assert {p.name: p.read_bytes() for p in answers.iterdir()} == before  # read, never written
+    best = " ".join(sections["Best-of-N test-time scaling"].split())
+    assert "Your answer (writeup/answers/best_of_n.md, included verbatim):" in best
+    assert "The masked mean favours short correct answers." in best and "7 tokens vs 3 tokens." in best
+    for title, key in ANSWER_KEYS.items():  # every section has the box; the empty ones say where to write
+        text = " ".join(sections[title].split())
+        assert f"writeup/answers/{key}.md" in text, title
+        assert ("Not written yet" in text) == (key != "best_of_n"), title
+        assert "computed from the runs by hw3lib" in text, title
+
+
+def test_an_answer_file_with_an_unknown_name_is_refused(tmp_path):
+    root = _workbook_copy(tmp_path)
+    (root / "writeup" / "answers" / "bestofn.md").write_text("typo")
+    with pytest.raises(DataFileError, match="bestofn.md: no section has the key 'bestofn'; rename it to one of "
+                                            "zero_shot.md, best_of_n.md"):
+        build_writeup(root)
+    (root / "writeup" / "answers" / "bestofn.md").unlink()
+    (root / "writeup" / "answers" / "kissing.md").write_bytes(b"caf\xe9")
+    with pytest.raises(DataFileError, match="kissing.md: not UTF-8 text"):
+        build_writeup(root)
+
+
+def test_the_answers_readme_lists_every_key():
+    import re
+
+    from hw3lib.workbook.writeup import ANSWER_KEYS
+
+    readme = (project_root() / "writeup" / "answers" / "README.md").read_text()
+    assert set(re.findall(r"`(\w+)\.md`", readme)) == set(ANSWER_KEYS.values())
+    assert list(ANSWER_KEYS) == TITLES  # one key per section, in the writeup's order
+
+
+# ---- required items: a section with runs must answer every deliverable -----------------------------------
+
+def test_missing_items_names_each_absent_deliverable():
+    from hw3lib.workbook.writeup import missing_items
+
+    text = "Settings: course x. Solving or recognizing? Best@4 missed ... Your answer (writeup/answers/...)"
+    assert missing_items("Best-of-N test-time scaling", text) == []
+    assert missing_items("Best-of-N test-time scaling", "Settings: x") == ['"Your answer"', '"Solving or recognizing?"']
+    assert missing_items("Zero-shot evaluation", "Settings: Model or parser? Your answer") == [
+        '"An example of the correct category" or "No response was correct"']
+    assert missing_items("Zero-shot evaluation", "Settings: Model or parser? No response was correct. Your answer") == []
+
+
+def test_the_check_fails_a_run_section_that_lacks_an_item(tmp_path):
+    from hw3lib.evaluation.best_of_n import best_of_n_result
+    from hw3lib.generation import SamplingConfig
+    from hw3lib.core.writeup_keys import write_result
+    from hw3lib.evaluation.best_of_n import SampleResults, best_of_n_metrics
+    import numpy as np
+
+    root = _workbook_copy(tmp_path)
+    correct = np.array([[0, 1, 0, 1], [0, 1, 1, 0]], dtype=bool)
+    logprob = np.array([[-0.5, -0.4, -0.2, -0.2], [np.nan, -3.0, -1.0, -0.5]])
+    metrics = best_of_n_metrics(SampleResults(correct, logprob, [["1"] * 4, ["2"] * 4]), ns=(1, 2, 4))
+    write_result("best_of_n", best_of_n_result(metrics, "smoke", "tiny", "arithmetic", SamplingConfig(n=4, max_tokens=32)),
+                 folder=root / "figures")
+    title = "Best-of-N test-time scaling"
+    check = check_writeup(build_writeup(root), must_be_run=[title])
+    assert check["sections"][title] and check["incomplete"] == {}
+    source = root / "writeup" / "writeup.typ"  # a writeup that drops the deliverable fails, naming it
+    source.write_text(source.read_text().replace("*Solving or recognizing?*", "*Misses.*"))
+    with pytest.raises(WriteupCheckError, match='section "Best-of-N test-time scaling" lacks: "Solving or recognizing\\?"'):
+        check_writeup(build_writeup(root), must_be_run=[title])
