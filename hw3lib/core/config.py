@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -73,7 +74,10 @@ class RunConfig:
     rollout_device: str = "cuda:0"
     """Device of the rollout engine: the policy's GPU (colocated) or a second GPU."""
     gpu_memory_utilization: float = 0.85
-    """Fraction of the rollout device's memory vLLM may take (colocated: leave room for training)."""
+    """Fraction of the rollout device's memory vLLM takes when it starts (weights, KV cache): the handout's 0.85,
+    meant for vLLM on a GPU of its own. Colocated it must leave room for training, and on one 80 GB GPU 0.85 does
+    not leave enough for Qwen2.5-Math-1.5B's: `for_profile` gives the full profile's training runs
+    `hw3lib.core.cost.COLOCATED_SHARE` (0.5, which fits both course models; the README's cost tables)."""
     generation_batch_size: int = 64
     """Sequences per `generate` call of the transformers engine (memory: KV cache); vLLM schedules its own."""
 
@@ -213,7 +217,7 @@ class RunConfig:
         except (ValueError, TypeError):  # a class or profile without a recipe: the field defaults instead
             base = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
         settable = {f.name for f in dataclasses.fields(self) if f.init} - {"name"}  # derived values follow
-        changed = [f"  {key} = {value!r} (recipe: {base[key]!r})" for key, value in self.to_dict().items()
+        changed = [f"  {key} = {_shown(value)!r} (recipe: {_shown(base[key])!r})" for key, value in self.to_dict().items()
                    if key in settable and key in base and base[key] != value]
         return "\n".join([f"  settings that differ from the {self.profile} profile's {type(self).__name__} recipe:"]
                          + (changed or ["  (none)"]))
@@ -257,7 +261,7 @@ class RunConfig:
         device = "cuda:0" if prof.device == "cuda" else prof.device
         base = {"profile": prof.name, "model": prof.model, "dtype": prof.dtype, "engine": prof.engine,
                 "policy_device": device, "rollout_device": device,
-                "gpu_memory_utilization": prof.gpu_memory_utilization, "seed": prof.seed}
+                "gpu_memory_utilization": colocated_share(prof), "seed": prof.seed}
         if prof.name == "smoke":
             base.update(cls._SMOKE)
         base.update(chosen.run_data(prof.name))
@@ -267,6 +271,25 @@ class RunConfig:
         if unknown:
             raise ValueError(f"{cls.__name__}.for_profile: unknown settings {sorted(unknown)}")
         return cls(**{**base, **overrides})
+
+
+def _shown(value):
+    """A setting as a run's start prints it: a local folder relative to the project (hw3lib.core.io.shown_path),
+    so stored notebook outputs never carry a machine's absolute path."""
+    if isinstance(value, str) and os.path.isabs(value):
+        from hw3lib.core.io import shown_path
+
+        return shown_path(value)
+    return value
+
+
+def colocated_share(prof) -> float:
+    """`gpu_memory_utilization` of a training run's engine, which sits on the policy's device: the full profile's
+    `hw3lib.core.cost.COLOCATED_SHARE` (its evaluation-only engines take the profile's 0.85: no trainer beside
+    them), the smoke profile's own value."""
+    from hw3lib.core.cost import COLOCATED_SHARE
+
+    return COLOCATED_SHARE if prof.name == "full" else prof.gpu_memory_utilization
 
 
 @dataclass(frozen=True)

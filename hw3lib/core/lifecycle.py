@@ -139,6 +139,16 @@ def policy_source(checkpoint: Path | None, initial: str) -> str:
     return str(checkpoint / "policy") if checkpoint is not None else str(initial)
 
 
+def adamw(params: list, cfg) -> torch.optim.AdamW:
+    """AdamW with the run's settings, fused (one kernel over all tensors) where torch has it for the parameters'
+    device: on 2 CPU cores 5.8x faster per step than the default multi-tensor ("foreach") version, which also
+    allocates a float32 temporary the size of the model (sqrt of the second moment) at every step -- 2.2 GiB for
+    Qwen3-0.6B (bench/bench_train_step.py, hw3lib.core.cost). Same update up to float rounding."""
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, betas=cfg.adam_betas,
+                             **({"fused": True} if fused else {}))
+
+
 class TrainingRun:
     """One run being trained: its float32 policy and AdamW, the step counters (`state`), the clock,
     `metrics.jsonl` (and wandb), validation and checkpoints when due, the Ctrl-C checkpoint.
@@ -153,8 +163,7 @@ class TrainingRun:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run_dir / "config.json", cfg.to_dict())
         self.params = [p for p in policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                                           betas=cfg.adam_betas)
+        self.optimizer = adamw(self.params, cfg)
         if checkpoint is None:
             self.state = dict(fresh_state)
             seed_everything(cfg.seed)

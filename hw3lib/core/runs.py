@@ -36,7 +36,10 @@ CHECKPOINTS_DIR = "checkpoints"
 SAMPLES_DIR = "samples"
 WANDB_FILE = "wandb.json"
 # Settings that may change when a run is resumed (they do not change what the run computes).
-RESUMABLE_CHANGES = frozenset({"n_grpo_steps", "checkpoint_every", "eval_every", "wandb_project"})
+# gpu_memory_utilization sizes the engine's KV cache, not what it samples: a run that ran out of memory resumes
+# with a smaller share.
+RESUMABLE_CHANGES = frozenset({"n_grpo_steps", "checkpoint_every", "eval_every", "wandb_project",
+                               "gpu_memory_utilization"})
 
 
 class RunExistsError(FileExistsError):

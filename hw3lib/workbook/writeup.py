@@ -134,8 +134,12 @@ def sections_of_notebooks(numbers: Iterable[str]) -> list[str]:
     return [title for title, notebook in SECTIONS if notebook in numbers]
 
 
+# Typst typesets straight quotes as typographic ones ("handout's" reads back from the PDF as "handout’s").
+_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
+
+
 def _normalized(text: str) -> str:
-    return " ".join(text.split())
+    return " ".join(text.translate(_QUOTES).split())
 
 
 def _heading_at(lines: list[str], i: int, title: str) -> bool:
@@ -276,6 +280,21 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hw3lib.workbook.writeup [--check]`: build the PDF; with --check also require every section to
+    show its results and every required item (what `make test` runs after the notebooks, on their outputs)."""
+    check = "--check" in (sys.argv[1:] if argv is None else argv)
+    pdf = build_writeup()
+    print(pdf)
+    if check:
+        try:
+            check_writeup(pdf, must_be_run=[title for title, _ in SECTIONS])
+        except WriteupCheckError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print("every section shows its results and every required item")
+    return 0
+
+
 if __name__ == "__main__":
-    print(build_writeup())
-    sys.exit(0)
+    sys.exit(main())

@@ -97,3 +97,14 @@ def test_a_run_start_prints_only_what_differs_from_its_recipe(monkeypatch):
     assert sorted(lines[1:]) == [f"  group_size = 4 (recipe: {recipe.group_size!r})",
                                  f"  learning_rate = {2 * recipe.learning_rate!r} (recipe: {recipe.learning_rate!r})"]
     assert recipe.describe_changes().splitlines()[1:] == ["  (none)"]
+
+
+def test_a_run_start_prints_a_local_model_folder_relative_to_the_project(monkeypatch):
+    from hw3lib.core.io import project_root
+    from hw3lib.grpo.config import GRPOConfig
+
+    monkeypatch.delenv("HW3_COURSE", raising=False)
+    folder = project_root() / ".cache" / "keyword_sft" / "bf385eb6f4e1"  # where the Makefile's cache puts models
+    lines = GRPOConfig.for_profile("smoke").replace(model=str(folder)).describe_changes().splitlines()
+    assert "  model = '.cache/keyword_sft/bf385eb6f4e1' (recipe: 'tiny')" in lines
+    assert str(project_root()) not in "\n".join(lines)

@@ -272,6 +272,10 @@ def test_missing_items_names_each_absent_deliverable():
     assert missing_items("Zero-shot evaluation", "Settings: Model or parser? Your answer") == [
         '"An example of the correct category" or "No response was correct"']
     assert missing_items("Zero-shot evaluation", "Settings: Model or parser? No response was correct. Your answer") == []
+    # Typst's typographic apostrophe reads back from the PDF as U+2019; the check reads it as the straight one.
+    sft = "SFT at several data sizes, and expert iteration"
+    assert '"The handout\'s thresholds"' not in missing_items(sft, "The handout\u2019s thresholds (15%)")
+    assert '"The handout\'s thresholds"' in missing_items(sft, "The thresholds")
 
 
 def test_the_check_fails_a_run_section_that_lacks_an_item(tmp_path):

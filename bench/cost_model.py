@@ -1,0 +1,250 @@
+"""The full profile's memory model and GPU-hour estimates (hw3lib.core.cost), checked against the CPU rehearsal.
+
+Prints three markdown tables (the README's "What the full workbook costs" is this output):
+
+1. **The model against the CPU measurements**: each phase of bench/rehearse.py's run (bench/results/
+   rehearse.json), its measured peak resident set beside the model's prediction. Two host constants are
+   calibrated on the two evaluation phases (the process's own memory, from `eval_hf`; what vLLM's CPU
+   engine holds beyond its weights and KV cache, from `eval_vllm`) and marked as such; every other row is
+   a prediction from the parts of `hw3lib.core.cost` (on the CPU the engine never sleeps).
+2. **One 80 GB GPU**: each course's GRPO run at the course's settings, colocated (at the old default
+   `gpu_memory_utilization=0.85` and at `COLOCATED_SHARE`) and with the engine on a second GPU.
+3. **GPU-hours** (estimates): every run of the full profile's grids and single runs, for two response
+   lengths (the whole 1,024-token budget, an upper bound, and half of it), beside the handouts' own
+   estimates where they give one.
+
+    .venv/bin/python bench/cost_model.py                 # all three tables
+    .venv/bin/python bench/cost_model.py --check         # exit 1 if a CPU prediction is off by more than 15%
+    .venv/bin/python bench/cost_model.py --write-readme  # put the tables into README.md between its markers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hw3lib.core import cost  # noqa: E402
+from hw3lib.models.real_shape import course_shapes  # noqa: E402
+
+REHEARSAL = ROOT / "bench" / "results" / "rehearse.json"
+PROMPT_TOKENS = 200  # stated assumption: the R1-Zero template (~120 tokens) plus a GSM8K/MATH question
+TOLERANCE = 0.15
+README = ROOT / "README.md"
+BEGIN, END = "<!-- cost tables: python bench/cost_model.py --write-readme -->", "<!-- end of cost tables -->"
+HANDOUT_ESTIMATES = {("gsm8k-qwen3", "learning_rate"): 6.0}  # H100-hours the handout states
+
+
+def gb(value: float) -> str:
+    return f"{value / cost.GiB:.1f} GiB"
+
+
+# ---- 1. the CPU check ------------------------------------------------------------------------------------------
+
+def cpu_rows(rehearsal: dict) -> list[dict]:
+    """Measured vs predicted peak resident set of each rehearsal phase that the model covers."""
+    from hw3lib.models.real_shape import real_shape_config
+
+    phases, build = rehearsal["phases"], rehearsal["phases"]["build"]["result"]
+    names = {"qwen3": "qwen3-0.6b", "math_eval": "qwen2.5-math-1.5b", "math_train": "qwen2.5-math-1.5b"}
+    shapes = {key: cost.Shape.from_config(key, real_shape_config(names[key], build[key]["layers"])) for key in names}
+    kv = int(rehearsal["kv_gib"] * cost.GiB)
+    qwen3 = shapes["qwen3"]
+    measured = {name: phase["peak_rss_bytes"] for name, phase in phases.items()}
+    process = measured["eval_hf"] - 2 * qwen3.params  # the process itself: Python, torch, transformers
+    vllm_extra = measured["eval_vllm"] - process - 2 * qwen3.params - kv  # vLLM's CPU engine beyond weights + KV
+
+    def engine(shape):
+        return 2 * shape.params + kv + vllm_extra
+
+    counts = rehearsal["counts"]
+    grpo_micro = 2 * (PROMPT_TOKENS + counts["rollout_tokens"])
+    sft_response = max(phases["sft"]["result"]["response_tokens"])  # the longer of its two steps' batches
+
+    def trainer(shape, micro_tokens, response_tokens, kl, first_step=False):
+        return cost.trainer_peak(cost.trainer_parts(shape, micro_tokens, response_tokens, kl), first_step)
+
+    predicted = {
+        "eval_hf": process + 2 * qwen3.params,
+        "eval_vllm": process + engine(qwen3),
+        "math_eval": process + engine(shapes["math_eval"]),
+        "grpo": process + engine(qwen3) + trainer(qwen3, grpo_micro, 2 * counts["rollout_tokens"], True),
+        "grpo_resume": process + engine(qwen3) + trainer(qwen3, grpo_micro, 2 * counts["rollout_tokens"], True),
+        "sft": process + engine(qwen3) + trainer(qwen3, sft_response + 2 * PROMPT_TOKENS, sft_response, False),
+        # one optimizer step each: AdamW's moments do not exist yet during its forward/backward
+        "ei": process + engine(qwen3) + trainer(qwen3, grpo_micro, 2 * counts["rollout_tokens"], False, True),
+        "math_train": process + engine(shapes["math_train"])
+        + trainer(shapes["math_train"], grpo_micro, 2 * counts["rollout_tokens"], False, True),
+    }
+    calibrated = {"eval_hf", "eval_vllm"}
+    return [{"phase": name, "measured": measured[name], "predicted": value, "calibrated": name in calibrated,
+             "error": value / measured[name] - 1} for name, value in predicted.items()]
+
+
+def cpu_table(rows: list[dict]) -> str:
+    lines = ["| rehearsal phase (CPU) | measured peak | model | error |", "|---|---|---|---|"]
+    for row in rows:
+        note = "calibration" if row["calibrated"] else f"{row['error']:+.0%}"
+        lines.append(f"| `{row['phase']}` | {gb(row['measured'])} | {gb(row['predicted'])} | {note} |")
+    return "\n".join(lines)
+
+
+# ---- 2. the GPU plan ------------------------------------------------------------------------------------------
+
+def course_runs() -> dict[str, tuple]:
+    """course -> (its GRPO config in the full profile, the model's Shape)."""
+    from hw3lib.core.course import get_course
+    from hw3lib.core.profile import get_profile
+    from hw3lib.grpo.config import GRPOConfig
+
+    shapes = course_shapes()
+    out = {}
+    for course in ("gsm8k-qwen3", "math-qwen2.5"):
+        cfg = GRPOConfig.for_profile("full", course=course)
+        model = get_course(course).model_for(get_profile("full"))
+        out[course] = (cfg, shapes[model])
+    return out
+
+
+def gpu_table() -> str:
+    lines = ["| course, model | engine | share | generation peak | training peak | fits one H100 (79 GiB) | largest colocated share |",
+             "|---|---|---|---|---|---|---|"]
+    for course, (cfg, shape) in course_runs().items():
+        for colocated, share in ((True, 0.85), (True, cfg.gpu_memory_utilization), (False, 0.85)):
+            plan = cost.gpu_plan(shape, cfg.micro_train_batch_size, PROMPT_TOKENS, cfg.sampling_max_tokens,
+                                 share=share, colocated=colocated, monitor_kl=cfg.monitor_kl)
+            where = "colocated" if colocated else "second GPU"
+            lines.append(f"| {course}, {shape.name} | {where} | {share} | {gb(plan.generation_peak)} | "
+                         f"{gb(plan.training_peak)} | {'yes' if plan.fits else '**no**'} | "
+                         f"{plan.max_colocated_share if colocated else '-'} |")
+    return "\n".join(lines)
+
+
+# ---- 3. GPU-hours ------------------------------------------------------------------------------------------
+
+def grid_configs(name: str, course: str):
+    """A grid's full-profile configs; the grids that pick up earlier grids' winners get the base's settings
+    (the on-policy point) as their winners."""
+    import os
+
+    from hw3lib.experiments.grids import GRIDS, build_grid, common_base
+
+    saved = os.environ.get("HW3_COURSE")
+    os.environ["HW3_COURSE"] = course  # the grids take the course from the environment, as the notebooks do
+    try:
+        base = common_base("full")
+        choices = {"top": [{}, {}], "off_policy": {}, "settings": {}} if GRIDS[name][3] else None
+        return list(build_grid(name, "full", choices=choices).configs.values()), base
+    finally:
+        if saved is None:
+            os.environ.pop("HW3_COURSE")
+        else:
+            os.environ["HW3_COURSE"] = saved
+
+
+def hours_text(hours: float) -> str:
+    return f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}"
+
+
+def test_questions(course: str) -> int:
+    """Questions of the course's test split: GSM8K's counted from the data; MATH's test split has 5,000."""
+    import os
+
+    if course == "math-qwen2.5":
+        return 5000
+    path = Path(os.environ.get("HW3_DATA_DIR", ROOT.parent / "shared" / "data")) / "gsm8k" / "test.jsonl"
+    return sum(1 for _ in path.open()) if path.exists() else 1319
+
+
+def notebook_rows(course: str, shape, lengths: tuple[int, int]) -> list[tuple[str, str, list[float]]]:
+    """(notebook, what, hours at each response length) for the runs outside the grids."""
+    from hw3lib.core.profile import get_profile
+    from hw3lib.grpo.config import GRPOConfig
+    from hw3lib.sft.config import EIConfig, SFTConfig
+    from hw3lib.sft.experiments import EI_VARIANTS, SFT_SIZES, ei_variant_configs, sft_size_configs
+
+    prof, questions = get_profile("full"), test_questions(course)
+    grpo = GRPOConfig.for_profile("full", course=course)
+    sft = sft_size_configs(SFTConfig.for_profile("full", course=course), SFT_SIZES)
+    ei = ei_variant_configs(EIConfig.for_profile("full", course=course), EI_VARIANTS)
+    return [
+        ("01", f"zero-shot, {questions} test questions x 1", [cost.evaluation_gpu_hours(
+            shape, questions, 1, PROMPT_TOKENS, n) for n in lengths]),
+        ("02", f"Best-of-N, {questions} x {prof.best_of_n}", [cost.evaluation_gpu_hours(
+            shape, questions, prof.best_of_n, PROMPT_TOKENS, n) for n in lengths]),
+        ("04", f"one GRPO run, {grpo.n_grpo_steps} steps", [cost.run_gpu_hours(
+            grpo, shape, PROMPT_TOKENS, n) for n in lengths]),
+        ("05", f"SFT, {len(sft)} runs x {next(iter(sft.values())).n_sft_steps} steps", [sum(
+            cost.sft_gpu_hours(c, shape, PROMPT_TOKENS, n) for c in sft.values()) for n in lengths]),
+        ("05", f"expert iteration, {len(ei)} runs (every rollout kept: an upper bound)", [sum(
+            cost.ei_gpu_hours(c, shape, PROMPT_TOKENS, n) for c in ei.values()) for n in lengths]),
+    ]
+
+
+def hours_table() -> str:
+    from hw3lib.core.course import get_course
+    from hw3lib.core.profile import get_profile
+    from hw3lib.experiments.grids import GRIDS
+
+    lines = ["| course | notebook | runs | H100-hours, every response 1,024 tokens | at 512 tokens | "
+             "handout's estimate |", "|---|---|---|---|---|---|"]
+    shapes = course_shapes()
+    for course in ("gsm8k-qwen3", "math-qwen2.5"):
+        shape = shapes[get_course(course).model_for(get_profile("full"))]
+        total = [0.0, 0.0]
+        for notebook, what, hours in notebook_rows(course, shape, (1024, 512)):
+            total = [t + h for t, h in zip(total, hours)]
+            lines.append(f"| {course} | {notebook} | {what} | {hours_text(hours[0])} | {hours_text(hours[1])} | - |")
+        for name in GRIDS:
+            try:
+                configs, _ = grid_configs(name, course)
+            except ValueError:
+                continue
+            hours = [sum(cost.run_gpu_hours(c, shapes[c.model] if c.model in shapes else shapes["Qwen/Qwen3-0.6B"],
+                                            PROMPT_TOKENS, length) for c in configs)
+                     for length in (configs[0].sampling_max_tokens, configs[0].sampling_max_tokens // 2)]
+            total = [t + h for t, h in zip(total, hours)]
+            steps = sorted({c.n_grpo_steps for c in configs})
+            handout = HANDOUT_ESTIMATES.get((course, name))
+            lines.append(f"| {course} | 05 | grid `{name}`, {len(configs)} run(s) x {'/'.join(map(str, steps))} steps | "
+                         f"{hours_text(hours[0])} | {hours_text(hours[1])} | {f'{handout:g}' if handout else '-'} |")
+        lines.append(f"| {course} | **all** | | **{total[0]:.0f}** | **{total[1]:.0f}** | |")
+    return "\n".join(lines)
+
+
+def tables(rows: list[dict]) -> str:
+    return "\n\n".join([cpu_table(rows), gpu_table(), hours_table()])
+
+
+def write_readme(text: str) -> None:
+    """Replace what stands between the README's markers with `text` (temporary file, then rename)."""
+    readme = README.read_text()
+    if BEGIN not in readme or END not in readme:
+        sys.exit(f"{README}: the markers {BEGIN!r} and {END!r} are missing: put them where the tables go")
+    head, rest = readme.split(BEGIN, 1)
+    tmp = README.with_suffix(".md.tmp")
+    tmp.write_text(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
+    tmp.replace(README)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a CPU prediction is off by more than 15%%")
+    parser.add_argument("--write-readme", action="store_true", help="put the tables into README.md")
+    args = parser.parse_args()
+    rows = cpu_rows(json.loads(REHEARSAL.read_text()))
+    text = tables(rows)
+    print(text)
+    if args.write_readme:
+        write_readme(text)
+    worst = max(abs(row["error"]) for row in rows if not row["calibrated"])
+    print(f"\nlargest CPU prediction error: {worst:.0%} (limit {TOLERANCE:.0%})")
+    return 1 if args.check and worst > TOLERANCE else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
