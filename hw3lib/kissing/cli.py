@@ -2,7 +2,7 @@
 
     hw3 kissing evaluate program.py [--timeout 60] [--strict]
     hw3 kissing verify points.json
-    hw3 kissing discover --loop agentic|best_of_n|hybrid --iterations K --out DIR [--replay file.json]
+    hw3 kissing discover --loop agentic|best_of_n|hybrid|orbit --iterations K --out DIR [--replay file.json]
     hw3 kissing report [--folder data/kissing_number] [--overwrite]
     hw3 kissing promote RUN_DIR [--folder data/kissing_number] [--overwrite]
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import typer
 
-LOOP_CHOICES = ("agentic", "best_of_n", "hybrid")
+LOOP_CHOICES = ("agentic", "best_of_n", "hybrid", "orbit")
 
 
 def _fail(message: str) -> None:
@@ -74,11 +74,12 @@ def verify(points_file: Path = typer.Argument(..., help="JSON file: a list of in
     typer.echo(result.message)
 
 
-def discover(loop: str = typer.Option("agentic", "--loop", help="agentic | best_of_n | hybrid"),
+def discover(loop: str = typer.Option("agentic", "--loop", help="agentic | best_of_n | hybrid | orbit"),
              iterations: int = typer.Option(5, "--iterations", min=1, help="Iterations (best_of_n: samples N)"),
              out: Path = typer.Option(..., "--out", help="Run directory for candidates, logs and the report"),
              replay: Path | None = typer.Option(None, "--replay", help="Replay recorded replies from this JSON file"),
-             timeout: float = typer.Option(60.0, "--timeout", help="Per-program evaluation limit (s)"),
+             timeout: float = typer.Option(60.0, "--timeout",
+                                           help="Per-program evaluation limit (s); orbit: per-search deadline"),
              polish_seconds: float = typer.Option(10.0, "--polish-seconds", help="hybrid: local-search time per program"),
              polish_iterations: int | None = typer.Option(None, "--polish-iterations",
                                                           help="hybrid: also stop the search after this many steps"),

@@ -37,6 +37,7 @@ from pathlib import Path
 from hw3lib.core.io import atomic_write_bytes, atomic_write_text, project_root
 from hw3lib.kissing.constructions import DIMENSION, johnson_bound
 from hw3lib.kissing.evaluator import evaluate_program
+from hw3lib.kissing.orbit_search import summary as orbit_summary
 from hw3lib.kissing.geometry import KISSING_ANGLE_DEG, largest_free_cap, shell_neighbourhood
 from hw3lib.kissing.report import KNOWN_BOUNDS, REPLAY_LABEL, is_replay, load_log, reflection
 from hw3lib.kissing.search import best_program_search, program_source
@@ -45,7 +46,8 @@ from hw3lib.kissing.verify import verify
 CAP_STARTS = 2000
 CONVERSATION_FILES = ("conversation_log.json", "conversation_report.md", "score_vs_iteration.png")
 HEADINGS = ("Method", "Compute used", "Score history", "Largest free cap of the final set", "What limited it",
-            "LLM conversation", "Reflection")
+            "Orbit search beyond 582", "LLM conversation", "Reflection")
+ORBIT_SEARCH_FILE = "orbit_search.json"  # the log of hw3lib.kissing.orbit_search, stored with --store
 
 
 class ReplayRefused(ValueError):
@@ -319,6 +321,55 @@ def _conversation_lines(d: dict) -> list[str]:
             *(["", *[f"- {line}" for line in conv["reflection"]]] if d["kind"] == "search" else [])]
 
 
+def stored_orbit_search(folder: Path) -> dict | None:
+    """The summary of the orbit search stored beside the program (its best set verified again), or None."""
+    path = Path(folder) / ORBIT_SEARCH_FILE
+    if not path.is_file():
+        return None
+    try:
+        log = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a readable orbit-search log ({exc})") from exc
+    return orbit_summary(log)
+
+
+def _orbit_search_lines(summary: dict | None) -> list[str]:
+    if summary is None:
+        return [f"Not run yet: `python -m hw3lib.kissing.orbit_search --log runs/kissing/orbit_search.json` and then "
+                f"`--store data/kissing_number/{ORBIT_SEARCH_FILE}` put its log here."]
+    cfg = summary["config"]
+    families = ", ".join(f"{n} {f}" for f, n in summary["families"].items())
+    lines = [
+        "The layered frame: the poles ±2e_11, an equator set E of squared norm 4 in R^10 (inner products <= 2) and "
+        "tropic points (w, ±1) with w of squared norm 3 (inner products <= 1 within W, <= 2 against E): "
+        "2 + |E| + 2|W| points. E and W are unions of whole orbits of a finite group of rational orthogonal "
+        "matrices, taken from pools of rational vectors with denominator 1 or 2; one representative against each "
+        "whole orbit decides every pair, in integers, and a maximum-weight independent set of the orbit graph picks "
+        "the union (`hw3lib.kissing.layered`, `hw3lib.kissing.orbit_search`). Rational to begin with, so integer "
+        "coordinates need only a common denominator.",
+        "",
+        f"- Groups: {families} per pool ({', '.join(summary['pools'])}); {summary['entries']} (group, pool) pairs, "
+        f"{summary['skipped']} of them skipped for having more than {cfg['max_orbits']} self-compatible orbits.",
+        f"- Compute: {summary['wall_s'] / 60:.1f} min wall, {summary['cpu_s'] / 60:.1f} min CPU on {summary['machine']}; "
+        f"{cfg['deadline_s']:g} s per independent-set step.",
+        "",
+        "| family | pool | pairs | searched | proved optimal | best | best group |",
+        "|---|---|---|---|---|---|---|",
+        *[f"| {r['family']} | {r['pool']} | {r['groups']} | {r['searched']} | {r['optimal']} | {r['best'] or '-'} | "
+          f"{r['best_group'] or '-'} |" for r in summary["rows"]],
+        "",
+        f"- Best: **{summary['best_size']}** points ({summary['best_group']}, {summary['best_pool']}): "
+        + ("above the stored 582." if summary["beats_base"] else "not above the classical 582."),
+        f"- What limited it: of {summary['searched_fractional_pools']} searched (group, half-integer pool) pairs, "
+        f"{summary['with_fractional_points']} kept a point with a half-integer coordinate in their best union. A sign "
+        "change of k half-integer coordinates moves an inner product by k/2, so every group with sign changes of "
+        "weight below 4 leaves no self-compatible half-integer orbit; groups without them have many small orbits "
+        "and exceed the orbit limit. On the integer pool the best union is the code construction, which the Johnson "
+        "bound caps at 582.",
+    ]
+    return lines
+
+
 def report_markdown(d: dict) -> str:
     """report.md from `search_report` or `conversation_report` data (every number from `d`)."""
     search = d["kind"] == "search"
@@ -328,6 +379,7 @@ def report_markdown(d: dict) -> str:
         "Score history": _history_lines(d) if search else d["history_lines"],
         "Largest free cap of the final set": _cap_lines(d),
         "What limited it": [f"- {line}" for line in (_search_limits(d) if search else d["limits"])],
+        "Orbit search beyond 582": _orbit_search_lines(d.get("orbit_search")),
         "LLM conversation": _conversation_lines(d),
         "Reflection": [f"- {line}" for line in (_search_reflection(d) if search else d["reflection"])],
     }
@@ -351,6 +403,9 @@ def writeup_summary(d: dict) -> dict:
         "cap_random_starts": cap["random_starts"], "cap_structured": cap["structured_directions"],
         "conversation": None if d["conversation"] is None else {
             k: d["conversation"][k] for k in ("loop", "model", "best", "steps")},
+        "orbit_search": None if d.get("orbit_search") is None else {
+            k: d["orbit_search"][k] for k in ("best_size", "best_group", "best_pool", "entries", "skipped", "wall_s",
+                                              "cpu_s", "rows", "beats_base")},
     }
     if search:
         c = d["compute"]
@@ -426,11 +481,13 @@ def report_data(folder: str | Path | None = None, iterations: int = 5000, seed: 
     from the live conversation stored beside it (an error when neither produced it)."""
     folder = Path(folder) if folder is not None else default_folder()
     try:
-        return search_report(folder, iterations, seed, cap_starts)
+        data = search_report(folder, iterations, seed, cap_starts)
     except ValueError as exc:
         if isinstance(exc, ReplayRefused) or not (folder / "conversation_log.json").is_file():
             raise
-        return conversation_report(folder, cap_starts, seed)
+        data = conversation_report(folder, cap_starts, seed)
+    data["orbit_search"] = stored_orbit_search(folder)
+    return data
 
 
 def promote_run(run_dir: str | Path, folder: str | Path | None = None, overwrite: bool = False,

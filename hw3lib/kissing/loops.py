@@ -14,6 +14,11 @@ scoring every candidate with the sandboxed `evaluate_program`:
 (c) `hybrid`: as (a), but each program's output seeds `search.local_search`, which polishes it
     (adds points, keeps the set valid); the step's score is the better of the two valid sets and
     both numbers are fed back.
+(d) `orbit`: the model calls the exact orbit search (`hw3lib.kissing.layered`) instead of writing a
+    program: each reply names a group by generators and a pool in a ```json block
+    (`hw3lib.kissing.orbit_requests`), the search runs under a deadline and an orbit-count cap, and
+    the size, the orbit counts and whether it is proved optimal go back. A found set is stored as a
+    program (`candidates/iter_XXX.py`) like any other candidate.
 
 Every run directory holds `candidates/iter_XXX.py` (every extracted program), `evaluations.jsonl`
 (one row per iteration), `conversation_log.json` (every message, reply, usage, timing and
@@ -46,7 +51,7 @@ from hw3lib.kissing.llm import ChatReply, Responder, responder_source
 from hw3lib.kissing.replies import NO_CODE_MESSAGE, Extraction, extract_python_code, strip_thinking  # noqa: F401
 from hw3lib.kissing.report import write_report
 
-LOOPS = ("agentic", "best_of_n", "hybrid")
+LOOPS = ("agentic", "best_of_n", "hybrid", "orbit")
 POLISH_MAX_NORM_SQ = 5  # largest shell the hybrid loop polishes: |x|^2 = 5 has 15,224 vectors (~1.5 s to set up)
 PROMPTS_FILE = Path(__file__).with_name("prompts.md")
 
@@ -358,13 +363,7 @@ def agentic_refinement(responder: Responder, run_dir: str | Path, iterations: in
                                                    hybrid=hybrid, polish_seconds=polish_seconds or 0.0), None)
     for iteration in range(1, iterations + 1):
         start = time.perf_counter()
-        done = len(recorder.steps)
-        earlier = recorder.steps if history_turns is None else recorder.steps[max(0, done - history_turns):]
-        sent = [system, task] + [i for s in earlier for i in (s["reply_message"], s["feedback_message"])]
-        reply = responder.chat([{"role": recorder.messages[i]["role"], "content": recorder.messages[i]["content"]}
-                                for i in sent])
-        # History carries the reply without its thinking (Qwen3's template drops it too); the log keeps all.
-        reply_index = recorder.add_message("assistant", strip_thinking(reply.content), iteration)
+        sent, reply, reply_index = _converse(recorder, responder, [system, task], history_turns, iteration)
         extraction, candidate, evaluation = _evaluate_reply(recorder, iteration, reply, timeout_s=timeout_s,
                                                             memory_mb=memory_mb)
         step = _new_step(iteration, sent, reply, reply_index, extraction, candidate, evaluation, 0.0)
@@ -377,11 +376,26 @@ def agentic_refinement(responder: Responder, run_dir: str | Path, iterations: in
         if iteration < iterations:
             # The window the *next* request will see starts at this iteration minus history_turns - 1.
             window_start = 1 if history_turns is None else iteration - history_turns + 1
-            step["feedback"] = feedback_message(prompts, step, recorder, window_start)
-            step["feedback_message"] = recorder.add_message("user", step["feedback"], iteration)
-            recorder.flush()
+            _send_feedback(recorder, step, feedback_message(prompts, step, recorder, window_start))
     return _finish(recorder)
 
+
+def _converse(recorder: RunRecorder, responder: Responder, opening: list[int], history_turns: int | None,
+              iteration: int) -> tuple[list[int], ChatReply, int]:
+    """Send the opening messages and the last `history_turns` exchanges; log the reply (without its thinking)."""
+    done = len(recorder.steps)
+    earlier = recorder.steps if history_turns is None else recorder.steps[max(0, done - history_turns):]
+    sent = opening + [i for s in earlier for i in (s["reply_message"], s["feedback_message"])]
+    reply = responder.chat([{"role": recorder.messages[i]["role"], "content": recorder.messages[i]["content"]}
+                            for i in sent])
+    # History carries the reply without its thinking (Qwen3's template drops it too); the log keeps all.
+    return sent, reply, recorder.add_message("assistant", strip_thinking(reply.content), iteration)
+
+
+def _send_feedback(recorder: RunRecorder, step: dict, text: str) -> None:
+    step["feedback"] = text
+    step["feedback_message"] = recorder.add_message("user", text, step["iteration"])
+    recorder.flush()
 
 def best_of_n(responder: Responder, run_dir: str | Path, n: int, *, timeout_s: float = 60, memory_mb: int = 2048,
               dimension: int = 11, workers: int = 1, seed: int = 0,
@@ -419,6 +433,74 @@ def best_of_n(responder: Responder, run_dir: str | Path, n: int, *, timeout_s: f
     return _finish(recorder)
 
 
+def _orbit_step(recorder: RunRecorder, iteration: int, reply: ChatReply, *, deadline_s: float,
+                max_orbits: int) -> tuple[Extraction, str | None, dict, str]:
+    """Parse the reply's request, run the orbit search, store a found set as a program; (.., evaluation, request)."""
+    from hw3lib.kissing.layered import TooManyOrbits, layered_search
+    from hw3lib.kissing.orbit_requests import RequestError, parse_request
+    from hw3lib.kissing.search import program_source
+
+    start = time.perf_counter()
+    try:
+        request = parse_request(strip_thinking(reply.content))
+    except RequestError as exc:
+        return Extraction(None, str(exc)), None, {**_no_code_evaluation(str(exc)), "status": "no_request"}, "none"
+    atomic_write_text(recorder.run_dir / "candidates" / f"iter_{iteration:03d}_request.json", request.text + "\n")
+    try:
+        found = layered_search(list(request.generators), scale=request.scale, parity_blocks=request.parity_blocks,
+                               deadline_s=deadline_s, max_vertices=max_orbits)
+    except TooManyOrbits as exc:
+        message = f"refused: {exc}. Choose a larger group (fewer, bigger orbits) or a smaller pool."
+        return Extraction(None, message), None, {**_no_code_evaluation(message), "status": "refused"}, \
+            request.describe()
+    message = (f"{found.size} points = 2 + {found.equator_size} + 2 x {found.tropic_size}; "
+               f"{found.equator_orbits} of {found.equator_orbits_total} equator orbits and {found.tropic_orbits} of "
+               f"{found.tropic_orbits_total} tropic orbits are self-compatible; "
+               + ("proved optimal for this group and pool" if found.optimal else
+                  f"the best union found within {deadline_s:g} s (not proved optimal)")
+               + "; verified exactly.")
+    code = program_source(found.points, f"the orbit search on the group of iteration {iteration} of an orbit run",
+                          written_by="the `orbit` discovery loop (hw3lib.kissing.loops)")
+    path = recorder.write_candidate(iteration, code)
+    evaluation = {"num_points": found.size, "dimension": 11, "validity": 1.0 if found.valid else 0.0,
+                  "eval_time": time.perf_counter() - start, "combined_score": float(found.size if found.valid else 0),
+                  "message": message, "status": "valid" if found.valid else "invalid"}
+    return Extraction(code, None), str(path.relative_to(recorder.run_dir)), evaluation, request.describe()
+
+
+def orbit_guided(responder: Responder, run_dir: str | Path, iterations: int, *, timeout_s: float = 20.0,
+                 max_orbits: int = 3000, history_turns: int | None = 3, prompts: dict[str, str] | None = None,
+                 seed: int = 0, overwrite: bool = False) -> DiscoveryResult:
+    """Loop (d): the model proposes groups, the exact orbit search answers, for `iterations` rounds.
+
+    timeout_s bounds each search's independent-set step (like the other loops' per-program limit).
+    """
+    _check(iterations, "orbit")
+    deadline_s = timeout_s
+    prompts = prompts or load_prompts()
+    settings = {"iterations": iterations, "deadline_s": deadline_s, "max_orbits": max_orbits,
+                "history_turns": history_turns, "dimension": 11, "seed": seed}
+    recorder = RunRecorder(run_dir, loop="orbit", responder=responder, settings=settings, overwrite=overwrite)
+    system = recorder.add_message("system", prompts["system"], None)
+    task = recorder.add_message("user", fill(prompts["orbit_task"], deadline_s=f"{deadline_s:g}",
+                                             max_orbits=max_orbits), None)
+    for iteration in range(1, iterations + 1):
+        start = time.perf_counter()
+        sent, reply, reply_index = _converse(recorder, responder, [system, task], history_turns, iteration)
+        extraction, candidate, evaluation, request = _orbit_step(recorder, iteration, reply, deadline_s=deadline_s,
+                                                                 max_orbits=max_orbits)
+        step = _new_step(iteration, sent, reply, reply_index, extraction, candidate, evaluation, 0.0)
+        step["wall_s"] = time.perf_counter() - start
+        recorder.record(step)
+        if iteration < iterations:
+            best = recorder.best_step()
+            _send_feedback(recorder, step, fill(
+                prompts["feedback_orbit"], request=request, verdict=evaluation["message"],
+                best_score=f"{best['score']:g}" if best else "0 (no valid set yet)",
+                best_iteration=best["iteration"] if best else "-"))
+    return _finish(recorder)
+
+
 def hybrid(responder: Responder, run_dir: str | Path, iterations: int, *, polish_seconds: float = 10.0,
            **kwargs: Any) -> DiscoveryResult:
     """Loop (c): the LLM proposes starting configurations, the local search polishes them."""
@@ -433,4 +515,6 @@ def discover(loop: str, responder: Responder, run_dir: str | Path, iterations: i
         return best_of_n(responder, run_dir, iterations, **kwargs)
     if loop == "hybrid":
         return hybrid(responder, run_dir, iterations, **kwargs)
+    if loop == "orbit":
+        return orbit_guided(responder, run_dir, iterations, **kwargs)
     raise ValueError(f"unknown loop {loop!r}: choose one of {', '.join(LOOPS)}")

@@ -90,7 +90,8 @@ REQUIRED_ITEMS: dict[str, tuple] = {
 REQUIRED_ITEMS[GRID_SECTIONS["learning_rate"]] += ("The handout asks for a validation accuracy of at least",)
 REQUIRED_ITEMS[GRID_SECTIONS["off_policy"]] += ("Why these ranges",)
 REQUIRED_ITEMS["Kissing configurations in 11 dimensions"] = ("How the stored program was found", "Largest free cap",
-                                                             "What limited it.", "Reflection.")
+                                                             "What limited it.", "Reflection.",
+                                                             "Orbit search beyond 582")
 REQUIRED_ITEMS[GRID_SECTIONS["length_normalization"]] += ("think about it",)
 REQUIRED_ITEMS[GRID_SECTIONS["leaderboard"]] += ("How the preset was chosen",)
 
