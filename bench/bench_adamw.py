@@ -19,14 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from hw3lib.core.process_memory import status_bytes
+
 IMPLEMENTATIONS = {"foreach": {"foreach": True}, "single-tensor": {"foreach": False}, "fused": {"fused": True}}
-
-
-def status_bytes(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def measure(name: str, params: int, repeats: int, threads: int) -> dict:

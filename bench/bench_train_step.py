@@ -58,6 +58,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from hw3lib.core.process_memory import peak_rss  # noqa: E402  (after the path set-up)
 
 LR = 1e-5
 RESULTS = ROOT / "bench" / "results" / "train_step_real_width.json"
@@ -79,13 +80,6 @@ class Setting:
 
 TINY = Setting()
 REAL = Setting(rollout_batch=8, group=4, tokens=64, min_tokens=64, accumulation=4, dtype="bfloat16")
-
-
-def peak_rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def reward_function():

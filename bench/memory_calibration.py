@@ -32,17 +32,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from hw3lib.core.process_memory import status_bytes  # noqa: E402  (after the path set-up)
 
 RESULTS = ROOT / "bench" / "results" / "memory_calibration.json"
 PROMPT_TOKENS = 64
 POINTS = [(2, 256), (2, 768), (4, 256), (4, 768)]  # (decoder layers, response tokens per microbatch)
-
-
-def rss_bytes(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def measure(layers: int, tokens: int, rows: int, checkpointing: bool) -> dict:
@@ -77,12 +71,12 @@ def measure(layers: int, tokens: int, rows: int, checkpointing: bool) -> dict:
     # Measured on the first pass: a warm-up pass would leave freed memory in the allocator that the measured
     # pass reuses without raising the resident set.
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
-    before = rss_bytes("VmRSS")
+    before = status_bytes("VmRSS")
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), autocast_for("bfloat16", "cpu"):
         log_probs = response_log_probs(model, ids, ids[:, -per_row:], shared_prefix=0)["log_probs"]
     log_probs.sum().backward()
     return {"layers": layers, "response_tokens": per_row * rows, "rows": rows, "prompt_tokens": PROMPT_TOKENS,
-            "saved_bytes": sum(saved.values()), "extra_peak_bytes": rss_bytes("VmHWM") - before,
+            "saved_bytes": sum(saved.values()), "extra_peak_bytes": status_bytes("VmHWM") - before,
             "parameters": sum(p.numel() for p in model.parameters())}
 
 

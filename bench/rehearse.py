@@ -55,6 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from hw3lib.core.process_memory import peak_rss  # noqa: E402  (after the path set-up)
 
 PHASES = ("build", "eval_vllm", "eval_hf", "grpo", "grpo_resume", "sft", "ei", "async", "math_eval", "math_train",
           "mismatch")
@@ -116,14 +117,6 @@ class TreeMemory:
         self.stopped.set()
         self.thread.join()
         return self.peak
-
-
-def own_peak_rss() -> int:
-    """This process's peak resident set (VmHWM), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def folder_bytes(path: Path) -> int:
@@ -411,7 +404,7 @@ def child(args) -> None:
     counts = QUICK if args.quick else Counts()
     memory = TreeMemory()
     result = PHASE_FUNCTIONS[args.child](args, counts)
-    record = {"result": result, "peak_rss_bytes": own_peak_rss(), "peak_tree_pss_bytes": memory.stop()}
+    record = {"result": result, "peak_rss_bytes": peak_rss(), "peak_tree_pss_bytes": memory.stop()}
     Path(args.result_file).write_text(json.dumps(record, indent=2, default=str))
 
 

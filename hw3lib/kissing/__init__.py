@@ -15,12 +15,17 @@ max_x ||x||^2; then tau_11 >= |C|. Modules:
 - `report`: report.md and the score plot of a logged run (a replay is labelled as one).
 - `loops`: the LLM-guided discovery loops (agentic, Best-of-N, hybrid).
 - `geometry`: the largest free cap of a final set and its shell neighbourhood (why it stopped growing).
+- `orbits`, `groups`, `weighted_independent_set`, `layered`, `orbit_search`: the exact search for unions of group
+  orbits in the layered frame (poles, equator, tropics), over many groups, with a resumable log;
+  `rational_forms`: when rational inner products admit integer coordinates; `orbit_requests`: an LLM's JSON
+  request to that search (the `orbit` loop).
 - `deliverables`: data/kissing_number/report.md from the search that wrote program.py, and storing a
   live run's conversation there (a replay is refused).
 - `cli`: the `hw3 kissing ...` commands.
 
-Imports point one way, from the bottom: verify, sandbox, independent_set, replies, llm -> evaluator,
-constructions, report -> search -> geometry, loops -> deliverables -> cli (tests/test_imports.py checks
+Imports point one way, from the bottom: verify, sandbox, independent_set, weighted_independent_set, orbits,
+replies, llm -> evaluator, constructions, report, groups, orbit_requests -> search -> layered -> orbit_search,
+geometry, loops -> deliverables -> cli (tests/test_imports.py checks
 there are no cycles).
 
 Note: importing this package binds `hw3lib.kissing.verify` to the *function*; import the
