@@ -89,9 +89,20 @@ def runs_dir() -> Path:
     return path
 
 
+def course_output_root() -> Path:
+    """Where one course's figures and writeup go: `output_root()` for the default course (figures/,
+    writeup/writeup.pdf), and `output_root()`/courses/<course> for another ($HW3_COURSE), so running the
+    second course's workbook never overwrites the first one's figures or PDF."""
+    from hw3lib.core.course import DEFAULT_COURSE, default_course_name
+
+    name = default_course_name()
+    return output_root() if name == DEFAULT_COURSE else output_root() / "courses" / name
+
+
 def figures_dir() -> Path:
-    """Where notebooks export their plots and the writeup's JSON: `output_root()`/figures (<project>/figures)."""
-    path = output_root() / "figures"
+    """Where notebooks export their plots and the writeup's JSON: `course_output_root()`/figures
+    (<project>/figures for the default course, <project>/courses/<course>/figures for another)."""
+    path = course_output_root() / "figures"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

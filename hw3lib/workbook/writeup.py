@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from hw3lib.core.io import (DataFileError, atomic_write_bytes, atomic_write_json, figures_dir, output_root,
+from hw3lib.core.io import (DataFileError, atomic_write_bytes, atomic_write_json, course_output_root, figures_dir,
                             project_root)
 
 
@@ -245,12 +245,13 @@ def collect_answers(writeup: Path) -> dict[str, str]:
 
 def build_writeup(root: Path | None = None) -> Path:
     """Compile `root`/writeup/writeup.typ to `root`/writeup/writeup.pdf (written atomically) from
-    `root`/figures; returns the PDF path. Default root: `output_root()` (the checkout, or $HW3_OUTPUT_DIR,
-    which is given a fresh copy of the checkout's Typst sources first)."""
+    `root`/figures; returns the PDF path. Default root: `course_output_root()` (the checkout, or
+    $HW3_OUTPUT_DIR, and courses/<course> under it for a course other than the default one; a root other than
+    the checkout is given a fresh copy of the checkout's Typst sources first)."""
     import typst
 
     if root is None:
-        root = output_root()
+        root = course_output_root()
         _copy_typst_sources(project_root() / "writeup", root / "writeup")
     source = root / "writeup" / "writeup.typ"
     if not source.is_file():

@@ -128,8 +128,9 @@ def test_output_settings_are_read_in_one_place(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     out = (tmp_path / "out").resolve()
     assert (output_root(), runs_dir(), figures_dir()) == (out, out / "runs", out / "figures")
-    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")  # the other course's runs keep their own subfolder
+    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")  # the other course's runs, figures and PDF keep their own folders
     assert runs_dir() == out / "runs" / "math-qwen2.5"
+    assert figures_dir() == out / "courses" / "math-qwen2.5" / "figures"
     monkeypatch.delenv("HW3_RUNS_DIR")
     monkeypatch.delenv("HW3_COURSE")
     assert runs_dir() == out / "runs"  # HW3_OUTPUT_DIR alone moves the runs too

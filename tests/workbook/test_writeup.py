@@ -298,3 +298,16 @@ def test_the_check_fails_a_run_section_that_lacks_an_item(tmp_path):
     source.write_text(source.read_text().replace("*Solving or recognizing?*", "*Misses.*"))
     with pytest.raises(WriteupCheckError, match='section "Best-of-N test-time scaling" lacks: "Solving or recognizing\\?"'):
         check_writeup(build_writeup(root), must_be_run=[title])
+
+
+def test_the_other_courses_writeup_is_built_in_its_own_folder(tmp_path, monkeypatch):
+    """HW3_COURSE=math-qwen2.5: the PDF goes to courses/math-qwen2.5/writeup/, never over the default course's."""
+    from hw3lib.core.io import isolated_output_env
+    from hw3lib.workbook.writeup import build_writeup
+
+    for key, value in isolated_output_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
+    pdf = build_writeup()
+    assert pdf == tmp_path.resolve() / "courses" / "math-qwen2.5" / "writeup" / "writeup.pdf" and pdf.is_file()
+    assert not (tmp_path / "writeup" / "writeup.pdf").exists()
