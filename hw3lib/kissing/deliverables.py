@@ -348,8 +348,11 @@ def _orbit_search_lines(summary: dict | None) -> list[str]:
         "the union (`hw3lib.kissing.layered`, `hw3lib.kissing.orbit_search`). Rational to begin with, so integer "
         "coordinates need only a common denominator.",
         "",
-        f"- Groups: {families} per pool ({', '.join(summary['pools'])}); {summary['entries']} (group, pool) pairs, "
-        f"{summary['skipped']} of them skipped for having more than {cfg['max_orbits']} self-compatible orbits.",
+        f"- Groups: {families} groups, each on the pools {', '.join(summary['pools'])}: {summary['entries']} of the "
+        f"{summary['planned']} planned (group, pool) pairs searched"
+        + ("." if summary["complete"] else " (the run stopped at its budget; the same command resumes it).")
+        + f" {summary['skipped']} of them were skipped for having more than {cfg['max_orbits']} self-compatible "
+        "orbits.",
         f"- Compute: {summary['wall_s'] / 60:.1f} min wall, {summary['cpu_s'] / 60:.1f} min CPU on {summary['machine']}; "
         f"{cfg['deadline_s']:g} s per independent-set step.",
         "",
@@ -360,12 +363,14 @@ def _orbit_search_lines(summary: dict | None) -> list[str]:
         "",
         f"- Best: **{summary['best_size']}** points ({summary['best_group']}, {summary['best_pool']}): "
         + ("above the stored 582." if summary["beats_base"] else "not above the classical 582."),
-        f"- What limited it: of {summary['searched_fractional_pools']} searched (group, half-integer pool) pairs, "
-        f"{summary['with_fractional_points']} kept a point with a half-integer coordinate in their best union. A sign "
-        "change of k half-integer coordinates moves an inner product by k/2, so every group with sign changes of "
-        "weight below 4 leaves no self-compatible half-integer orbit; groups without them have many small orbits "
-        "and exceed the orbit limit. On the integer pool the best union is the code construction, which the Johnson "
-        "bound caps at 582.",
+        f"- What limited it: on the integer pool the best union has {summary['integer_best']} points. Of the "
+        f"{summary['searched_fractional_pools']} searched (group, half-integer pool) pairs, "
+        f"{summary['with_fractional_points']} used a point with a half-integer coordinate in their best union"
+        + (f" (at most {summary['fractional_best']} points)" if summary["fractional_best"] else "")
+        + f"; {summary['max_orbits_skips']} pairs had too many orbits to search. A sign change that flips only "
+        "coordinates equal to ±1/2, fewer than four of them, moves a vector too close to itself (the inner product "
+        "drops by half the number flipped), so groups rich in sign changes keep few half-integer orbits, and groups "
+        "poor in them have many small orbits.",
     ]
     return lines
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -43,9 +44,11 @@ from hw3lib.kissing.weighted_independent_set import max_weight_independent_set
 EQUATOR_NORM, TROPIC_NORM, POINT_NORM = 4, 3, 4  # real squared norms in the frame
 
 
+@lru_cache(maxsize=8)
 def rational_pool(norm: int, scale: int, dimension: int = 10, parity_blocks: tuple[int, ...] | None = None
                   ) -> np.ndarray:
-    """Integer vectors x with |x|^2 = norm * scale^2, i.e. the rational vectors x / scale of squared norm `norm`.
+    """Integer vectors x with |x|^2 = norm * scale^2, i.e. the rational vectors x / scale of squared norm `norm`
+    (cached, read-only: building the half-integer pools takes seconds).
 
     parity_blocks (sizes summing to `dimension`): keep only vectors whose coordinates have one parity
     within each block (e.g. (8, 2) with scale 2: on the first 8 coordinates all integers or all halves).
@@ -61,6 +64,7 @@ def rational_pool(norm: int, scale: int, dimension: int = 10, parity_blocks: tup
             keep &= np.all(parity == parity[:, :1], axis=1)
             start += size
         pool = pool[keep]
+    pool.setflags(write=False)  # cached and shared between searches: read-only
     return pool
 
 
@@ -95,7 +99,7 @@ def orbit_nodes(pool: np.ndarray, generators: list[Element], threshold: int) -> 
     return OrbitNodes(pool, keep, len(found))
 
 
-def cross_conflicts(a: OrbitNodes, b: OrbitNodes, threshold: int, block: int = 64) -> np.ndarray:
+def cross_conflicts(a: OrbitNodes, b: OrbitNodes, threshold: int, block_entries: int = 1 << 22) -> np.ndarray:
     """[len(a), len(b)] bool: some point of b's orbit has inner product > threshold with a's representative.
 
     By invariance that decides every pair of points of the two orbits. Exact: float64 holds these small
@@ -107,9 +111,10 @@ def cross_conflicts(a: OrbitNodes, b: OrbitNodes, threshold: int, block: int = 6
     starts = np.cumsum([0] + [len(m) for m in b.members[:-1]])
     points = b.pool[order].astype(np.float64)  # [M, d]
     reps = a.representatives.astype(np.float64)  # [k, d]
-    if np.abs(points).max() ** 2 * points.shape[1] > 2**52:
+    if np.abs(points).max() * np.abs(reps).max() * points.shape[1] >= 2**53:
         raise ValueError("cross_conflicts: coordinates too large for exact float64 inner products")
     out = np.zeros((len(a.members), len(b.members)), dtype=bool)
+    block = max(1, block_entries // len(points))  # at most ~32 MB of inner products at a time
     for start in range(0, len(reps), block):
         dots = reps[start:start + block] @ points.T  # [blk, M]
         out[start:start + block] = np.maximum.reduceat(dots, starts, axis=1) > threshold
@@ -188,7 +193,8 @@ def layered_search(generators: list[Element], scale: int = 1, parity_blocks: tup
     """
     started = time.perf_counter()
     if pools is None:
-        pools = (rational_pool(EQUATOR_NORM, scale, 10, parity_blocks), rational_pool(TROPIC_NORM, scale, 10, parity_blocks))
+        blocks = None if parity_blocks is None else tuple(parity_blocks)
+        pools = (rational_pool(EQUATOR_NORM, scale, 10, blocks), rational_pool(TROPIC_NORM, scale, 10, blocks))
     equator_pool, tropic_pool = pools
     limit_equator = POINT_NORM // 2 * scale * scale  # <e, e'> <= 2
     limit_tropic = (POINT_NORM // 2 - 1) * scale * scale  # <w, w'> + 1 <= 2

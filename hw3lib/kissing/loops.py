@@ -434,7 +434,7 @@ def best_of_n(responder: Responder, run_dir: str | Path, n: int, *, timeout_s: f
 
 
 def _orbit_step(recorder: RunRecorder, iteration: int, reply: ChatReply, *, deadline_s: float,
-                max_orbits: int) -> tuple[Extraction, str | None, dict, str]:
+                max_orbits: int, seed: int) -> tuple[Extraction, str | None, dict, str]:
     """Parse the reply's request, run the orbit search, store a found set as a program; (.., evaluation, request)."""
     from hw3lib.kissing.layered import TooManyOrbits, layered_search
     from hw3lib.kissing.orbit_requests import RequestError, parse_request
@@ -448,8 +448,8 @@ def _orbit_step(recorder: RunRecorder, iteration: int, reply: ChatReply, *, dead
     atomic_write_text(recorder.run_dir / "candidates" / f"iter_{iteration:03d}_request.json", request.text + "\n")
     try:
         found = layered_search(list(request.generators), scale=request.scale, parity_blocks=request.parity_blocks,
-                               deadline_s=deadline_s, max_vertices=max_orbits)
-    except TooManyOrbits as exc:
+                               deadline_s=deadline_s, max_vertices=max_orbits, seed=seed)
+    except (TooManyOrbits, ValueError, MemoryError) as exc:  # the request is data: any failure goes back as text
         message = f"refused: {exc}. Choose a larger group (fewer, bigger orbits) or a smaller pool."
         return Extraction(None, message), None, {**_no_code_evaluation(message), "status": "refused"}, \
             request.describe()
@@ -473,9 +473,12 @@ def orbit_guided(responder: Responder, run_dir: str | Path, iterations: int, *, 
                  seed: int = 0, overwrite: bool = False) -> DiscoveryResult:
     """Loop (d): the model proposes groups, the exact orbit search answers, for `iterations` rounds.
 
-    timeout_s bounds each search's independent-set step (like the other loops' per-program limit).
+    timeout_s bounds each search's independent-set step (like the other loops' per-program limit); the
+    pools are cached between requests and the orbit-graph cap `max_orbits` bounds the rest.
     """
     _check(iterations, "orbit")
+    if history_turns is not None and history_turns < 1:
+        raise ValueError(f"orbit: history_turns must be >= 1 or None (all), got {history_turns}")
     deadline_s = timeout_s
     prompts = prompts or load_prompts()
     settings = {"iterations": iterations, "deadline_s": deadline_s, "max_orbits": max_orbits,
@@ -488,7 +491,7 @@ def orbit_guided(responder: Responder, run_dir: str | Path, iterations: int, *, 
         start = time.perf_counter()
         sent, reply, reply_index = _converse(recorder, responder, [system, task], history_turns, iteration)
         extraction, candidate, evaluation, request = _orbit_step(recorder, iteration, reply, deadline_s=deadline_s,
-                                                                 max_orbits=max_orbits)
+                                                                 max_orbits=max_orbits, seed=seed + iteration)
         step = _new_step(iteration, sent, reply, reply_index, extraction, candidate, evaluation, 0.0)
         step["wall_s"] = time.perf_counter() - start
         recorder.record(step)

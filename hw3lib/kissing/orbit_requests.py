@@ -95,11 +95,12 @@ def parse_request(reply: str) -> OrbitRequest:
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_GENERATORS:
         raise RequestError(f"'generators' must be a list of 1 to {MAX_GENERATORS} generators")
     pool = data.get("pool", "integers")
-    if pool not in POOL_SCALES:
+    if not isinstance(pool, str) or pool not in POOL_SCALES:
         raise RequestError(f"'pool' must be one of {sorted(POOL_SCALES)}, got {json.dumps(pool)}")
     blocks_value = data.get("parity_blocks")
     if blocks_value is not None:
-        if not isinstance(blocks_value, list) or not all(isinstance(b, int) and b > 0 for b in blocks_value) \
+        if not isinstance(blocks_value, list) or not all(
+                isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks_value) \
                 or sum(blocks_value) != DIMENSION:
             raise RequestError(f"'parity_blocks' must be positive integers adding up to {DIMENSION}, got "
                                f"{json.dumps(blocks_value)}")

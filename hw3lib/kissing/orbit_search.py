@@ -13,14 +13,17 @@ compute, and what limited each.
 
 Command line:
     python -m hw3lib.kissing.orbit_search --log runs/kissing/orbit_search.json [--deadline 30] [--budget-minutes 60]
-    python -m hw3lib.kissing.orbit_search --log ... --store data/kissing_number/orbit_search.json [--overwrite]
-(`--store` copies the log, with its best set, into the deliverables folder; `hw3 kissing report` reads it from
-there and reports it as its own section, `summary` checking the best set again.)
+    python -m hw3lib.kissing.orbit_search --log ... --store data/kissing_number/orbit_search.json [--replace-stored]
+(`--store` copies the log, with its best set, into the deliverables folder -- a log stopped by its budget says
+it is incomplete, and the report says how much of the plan ran; `hw3 kissing report` reads it from there and
+reports it as its own section, `summary` checking the best set again. `--overwrite` starts a log with other
+settings again; neither flag is ever implied.)
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import resource
@@ -46,9 +49,12 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _config(deadline_s: float, max_orbits: int, random_groups: int, seed: int) -> dict:
+def _config(deadline_s: float, max_orbits: int, random_groups: int, seed: int, specs: list[GroupSpec]) -> dict:
+    """The settings a log is tied to, with a digest of the group list (a changed family makes another log)."""
+    names = "\n".join(spec.name for spec in specs)
     return {"deadline_s": deadline_s, "max_orbits": max_orbits, "random_groups": random_groups, "seed": seed,
-            "pools": [list(p[:2]) + [list(p[2]) if p[2] else None] for p in POOLS]}
+            "pools": [list(p[:2]) + [list(p[2]) if p[2] else None] for p in POOLS],
+            "groups": len(specs), "groups_sha256": hashlib.sha256(names.encode()).hexdigest()[:16]}
 
 
 def _load(log_path: Path, config: dict, overwrite: bool) -> dict:
@@ -62,17 +68,19 @@ def _load(log_path: Path, config: dict, overwrite: bool) -> dict:
             raise ValueError(f"{log_path} was written with other settings ({log.get('config')}); pass --overwrite "
                              "to start again, or give another --log")
         return log
-    return {"config": config, "entries": [], "best": None, "wall_s": 0.0, "cpu_s": 0.0,
+    return {"config": config, "entries": [], "best": None, "wall_s": 0.0, "cpu_s": 0.0, "complete": False,
+            "planned": config["groups"] * len(config["pools"]),
             "machine": f"{platform.platform()}, Python {platform.python_version()}"}
 
 
-def _entry(spec: GroupSpec, pool_name: str, scale: int, pools, deadline_s: float,
-           max_orbits: int) -> tuple[dict, np.ndarray | None]:
+def _entry(spec: GroupSpec, order: int | None, pool_name: str, scale: int, pools, deadline_s: float,
+           max_orbits: int, seed: int) -> tuple[dict, np.ndarray | None]:
     generators = list(spec.generators)
     entry = {"group": spec.name, "family": spec.family, "description": spec.description, "pool": pool_name,
-             "order": group_order(generators), "skipped": None}
+             "order": order, "skipped": None}
     try:
-        result = layered_search(generators, scale=scale, deadline_s=deadline_s, pools=pools, max_vertices=max_orbits)
+        result = layered_search(generators, scale=scale, deadline_s=deadline_s, pools=pools, max_vertices=max_orbits,
+                                seed=seed)
     except TooManyOrbits as exc:
         entry.update(equator_orbits=exc.equator_orbits, tropic_orbits=exc.tropic_orbits, skipped=str(exc))
         return entry, None
@@ -90,10 +98,11 @@ def run_orbit_search(log_path: str | Path, deadline_s: float = 30.0, max_orbits:
                      progress=print) -> dict:
     """Run (or resume) the search; returns the log."""
     log_path = Path(log_path)
-    config = _config(deadline_s, max_orbits, random_groups, seed)
+    specs = families(random_groups, seed)
+    config = _config(deadline_s, max_orbits, random_groups, seed, specs)
     log = _load(log_path, config, overwrite)
     done = {(e["group"], e["pool"]) for e in log["entries"]}
-    specs = families(random_groups, seed)
+    orders: dict[str, int | None] = {}  # the closure is the same for every pool: compute it once
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     wall_before, cpu_before = log["wall_s"], log["cpu_s"]
     for pool_name, scale, blocks in POOLS:
@@ -106,7 +115,9 @@ def run_orbit_search(log_path: str | Path, deadline_s: float = 30.0, max_orbits:
             if budget_s is not None and time.perf_counter() - started > budget_s:
                 progress(f"budget of {budget_s:.0f} s spent; resume with the same command")
                 return log
-            entry, points = _entry(spec, pool_name, scale, pools, deadline_s, max_orbits)
+            if spec.name not in orders:
+                orders[spec.name] = group_order(list(spec.generators))
+            entry, points = _entry(spec, orders[spec.name], pool_name, scale, pools, deadline_s, max_orbits, seed)
             log["entries"].append(entry)
             if points is not None and (log["best"] is None or len(points) > log["best"]["size"]):
                 log["best"] = {"size": int(len(points)), "group": spec.name, "pool": pool_name,
@@ -117,6 +128,8 @@ def run_orbit_search(log_path: str | Path, deadline_s: float = 30.0, max_orbits:
             progress(f"{spec.name:26s} {pool_name:24s} " + (entry["skipped"] or
                      f"{entry['size']} points (E {entry['equator']}, W {entry['tropic']}), "
                      f"{'optimal' if entry['optimal'] else 'best found'}, {entry['seconds']:.1f} s"))
+    log["complete"] = len(log["entries"]) == log["planned"]
+    atomic_write_json(log_path, log)
     return log
 
 
@@ -142,8 +155,13 @@ def summary(log: dict) -> dict:
             "entries": len(log["entries"]), "skipped": sum(e["skipped"] is not None for e in log["entries"]),
             "wall_s": log["wall_s"], "cpu_s": log["cpu_s"], "config": log["config"], "machine": log.get("machine"),
             "beats_base": best is not None and best["size"] > BASE_SCORE,
-            "families": {f: sum(1 for e in log["entries"] if e["family"] == f and e["pool"] == log["entries"][0]["pool"])
-                         for f in sorted({e["family"] for e in log["entries"]})} if log["entries"] else {},
+            "complete": bool(log.get("complete")), "planned": log.get("planned", len(log["entries"])),
+            "families": {f: len({e["group"] for e in log["entries"] if e["family"] == f})
+                         for f in sorted({e["family"] for e in log["entries"]})},
+            "integer_best": max((e.get("size", 0) for e in log["entries"] if e["pool"] == "integers"
+                                 and e["skipped"] is None), default=None),
+            "fractional_best": max((e.get("size", 0) for e in log["entries"] if e["pool"] != "integers"
+                                    and e["skipped"] is None and e.get("fractional_points")), default=None),
             "pools": list(dict.fromkeys(e["pool"] for e in log["entries"])),
             "with_fractional_points": sum(1 for e in log["entries"] if e.get("fractional_points")),
             "searched_fractional_pools": sum(1 for e in log["entries"] if e["skipped"] is None and e["pool"] != "integers"),
@@ -158,19 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random-groups", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget-minutes", type=float, default=None, help="stop (resumably) after this long")
-    parser.add_argument("--store", default=None, help="write the finished log's summary and best set here")
-    parser.add_argument("--overwrite", action="store_true", help="replace a log with other settings / a stored file")
+    parser.add_argument("--store", default=None, help="copy the log (complete or not: it says which) here")
+    parser.add_argument("--overwrite", action="store_true", help="start the log again when its settings differ")
+    parser.add_argument("--replace-stored", action="store_true", help="replace an existing --store file")
     args = parser.parse_args(argv)
+    if args.store and Path(args.store).exists() and not args.replace_stored:
+        raise SystemExit(f"{args.store} exists; pass --replace-stored to replace it (nothing was run)")
     log = run_orbit_search(args.log, args.deadline, args.max_orbits, args.random_groups, args.seed,
-                           None if args.budget_minutes is None else 60 * args.budget_minutes,
-                           overwrite=args.overwrite and args.store is None)
+                           None if args.budget_minutes is None else 60 * args.budget_minutes, overwrite=args.overwrite)
     result = summary(log)
-    print(json.dumps({k: result[k] for k in ("best_size", "best_group", "best_pool", "entries", "skipped",
-                                              "wall_s", "cpu_s")}))
+    print(json.dumps({k: result[k] for k in ("best_size", "best_group", "best_pool", "entries", "planned", "complete",
+                                              "skipped", "wall_s", "cpu_s")}))
     if args.store:
         target = Path(args.store)
-        if target.exists() and not args.overwrite:
-            raise SystemExit(f"{target} exists; pass --overwrite to replace it")
         atomic_write_json(target, log)
         print(f"stored {target}")
     return 0

@@ -154,6 +154,9 @@ def similarity_factor(gram, extra_primes: tuple[int, ...] = (3, 5, 7, 11, 13)) -
         primes |= _primes_of(d)
     if n % 2:
         candidates = [_squarefree(discriminant)]
+    elif n % 4 == 0:
+        # the Hasse invariants of lambda * I_n are (lambda, -1)_p^(n(n-1)/2), and n(n-1)/2 is even: all lambdas agree
+        candidates = [1]
     else:
         if _squarefree(discriminant) != 1:
             return None, (f"the discriminant is {_squarefree(discriminant)} times a square, not a square, so no "
@@ -166,7 +169,10 @@ def similarity_factor(gram, extra_primes: tuple[int, ...] = (3, 5, 7, 11, 13)) -
         differing = [p for p in sorted(relevant) if hasse_invariant(diagonal, p) != hasse_invariant(target, p)]
         if not differing:
             return lam, f"equivalent to {lam} * I_{n}: same discriminant and Hasse invariants at {sorted(relevant)}"
-        if n % 2:
+        if n % 4 != 2:
+            if n % 4 == 0:
+                return None, (f"the Hasse invariants at p = {', '.join(map(str, differing))} differ from those of "
+                              f"I_{n}, and every multiple lambda * I_{n} has the same ones")
             return None, (f"lambda must be {lam} (the discriminant's class), and the Hasse invariants at p = "
                           f"{', '.join(map(str, differing))} differ from those of {lam} * I_{n}")
     return None, f"no lambda among products of {sorted(primes | set(extra_primes))} matches every Hasse invariant"

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from hw3lib.kissing.groups import PERMUTATION_GROUPS, families, invariant_sign_code, monomial
-from hw3lib.kissing.layered import (TooManyOrbits, frame_points, layered_search, orbit_union, rational_pool)
+from hw3lib.kissing.layered import (TooManyOrbits, cross_conflicts, frame_points, layered_search, orbit_nodes,
+                                    orbit_union, rational_pool)
 from hw3lib.kissing.orbits import group_order, reflection, signed_permutation
 from hw3lib.kissing.search import shell_vectors
 from hw3lib.kissing.verify import verify
@@ -58,12 +59,31 @@ def test_a_group_with_no_tropic_room_is_reported_exactly():
     assert (result.size, result.equator_size, result.tropic_size, result.optimal) == (502, 500, 0, True)
 
 
-def test_half_integer_pools_and_the_orbit_limit():
-    pool = rational_pool(3, 2, parity_blocks=(8, 2))
+def test_half_integer_pools_keep_one_parity_per_block():
+    pool = rational_pool(3, 2, parity_blocks=(8, 2))  # |x / 2|^2 = 3
     assert len(pool) and np.all((pool * pool).sum(axis=1) == 12)
-    assert np.all(pool[:, :8] % 2 == pool[:, :1] % 2)  # one parity on the first block
+    assert np.all(pool[:, :8] % 2 == pool[:, :1] % 2) and np.all(pool[:, 8:] % 2 == pool[:, 8:9] % 2)
+    halves = pool[pool[:, 0] % 2 == 1]  # e.g. (1/2)(+-1, ..., +-1 | +-2, 0): eight halves and a +-1
+    assert len(halves) == 2**8 * 4 and not np.any(halves[:, 8:] % 2)
+    assert not rational_pool(3, 2, parity_blocks=(8, 2)).flags.writeable  # cached, shared: read-only
+
+
+def test_an_orbit_graph_over_the_limit_is_refused_before_the_search():
     with pytest.raises(TooManyOrbits, match="max_vertices=10"):
         layered_search(list(monomial("trivial", "all signs").generators), scale=1, max_vertices=10)
+
+
+@pytest.mark.parametrize("group", ["cyclic10", "s5_pairs"])
+def test_orbit_conflicts_agree_with_every_pair_checked(group):
+    """One representative against a whole orbit decides every pair of points (the group keeps inner products)."""
+    gens = list(monomial(group, "-I").generators)
+    equator = orbit_nodes(rational_pool(4, 1), gens, 2)
+    tropic = orbit_nodes(rational_pool(3, 1), gens, 1)
+    for a, b, limit in ((equator, equator, 2), (tropic, tropic, 1), (tropic, equator, 2)):
+        fast = cross_conflicts(a, b, limit)
+        for i, members_a in enumerate(a.members):
+            slow = [bool((a.pool[members_a] @ b.pool[m].T).max() > limit) for m in b.members]  # every pair of points
+            assert fast[i].tolist() == slow, (group, i)
 
 
 def test_group_families_are_exact_and_of_the_stated_orders():
@@ -72,5 +92,8 @@ def test_group_families_are_exact_and_of_the_stated_orders():
     assert orders == {"cyclic10": 10, "dihedral10": 20, "c5xc2": 10, "agl1_5x2": 40, "a5_pairs": 60,
                       "s5_pairs": 120, "psl2_9": 360, "pgl2_9": 720, "agl3_2": 1344, "agl3_2+swap": 2688}
     assert len(invariant_sign_code(PERMUTATION_GROUPS["cyclic10"](), [[1] * 5 + [0] * 5])) == 6
-    for spec in families(random_groups=2):
-        assert all(g.is_orthogonal() for g in spec.generators), spec.name
+    specs = families(random_groups=2)
+    assert len({s.name for s in specs}) == len(specs)  # the search log is keyed by name
+    assert {s.family for s in specs} == {"monomial", "reflection", "random"}
+    for spec in specs:
+        assert all(g.dimension == 10 and g.is_orthogonal() for g in spec.generators), spec.name

@@ -28,6 +28,8 @@ def test_requests_are_parsed_and_checked():
         (request([{"permutation": CYCLE, "signs": [2] * 10}]), "+1 or -1"),
         (request([{"reflection": [9] + [0] * 9}]), "entries in"),
         (request([{"permutation": CYCLE}], pool="thirds"), "'pool' must be one of"),
+        (request([{"permutation": CYCLE}], pool=["halves"]), "'pool' must be one of"),
+        (request([{"permutation": CYCLE}], parity_blocks=[True] * 10), "positive integers"),
         (request([{"permutation": CYCLE}] * 9), "1 to 8 generators"),
         (request([{"permutation": CYCLE}], parity_blocks=[3, 3]), "adding up to 10"),
         ("```json\n{not json}\n```", "not valid JSON"),

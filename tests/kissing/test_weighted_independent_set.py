@@ -66,6 +66,14 @@ def test_a_cut_off_search_says_it_is_not_proved_optimal():
     assert not result.optimal and independent(conflict, result.vertices)
 
 
+def test_a_deadline_stops_the_branch_and_bound_and_says_so():
+    rng = np.random.default_rng(1)
+    conflict = np.triu(rng.random((400, 400)) < 0.05, 1)
+    conflict = conflict | conflict.T
+    result = max_weight_independent_set(conflict, rng.integers(1, 9, size=400), deadline_s=0.2, local_iterations=0)
+    assert not result.optimal and independent(conflict, result.vertices)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="symmetric"):
         max_weight_independent_set(np.array([[False, True], [False, False]]), [1, 1])
