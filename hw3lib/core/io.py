@@ -203,6 +203,19 @@ def iter_jsonl_numbered(path: str | os.PathLike, *, allow_torn_tail: bool = Fals
         yield number, row
 
 
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    """The JSON in `path`, or None when there is no such file; invalid JSON is a ValueError naming the file and
+    the position (`what` says what the file should have been, e.g. "orbit-search log")."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a readable {what} ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+                         "move it away or restore it") from None
+
+
 def read_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> list[dict]:
     return list(iter_jsonl(path, allow_torn_tail=allow_torn_tail))
 

@@ -34,7 +34,7 @@ import platform
 import time
 from pathlib import Path
 
-from hw3lib.core.io import atomic_write_bytes, atomic_write_text, project_root
+from hw3lib.core.io import atomic_write_bytes, atomic_write_text, project_root, read_json
 from hw3lib.kissing.constructions import DIMENSION, johnson_bound
 from hw3lib.kissing.evaluator import evaluate_program
 from hw3lib.kissing.orbit_search import summary as orbit_summary
@@ -323,14 +323,8 @@ def _conversation_lines(d: dict) -> list[str]:
 
 def stored_orbit_search(folder: Path) -> dict | None:
     """The summary of the orbit search stored beside the program (its best set verified again), or None."""
-    path = Path(folder) / ORBIT_SEARCH_FILE
-    if not path.is_file():
-        return None
-    try:
-        log = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a readable orbit-search log ({exc})") from exc
-    return orbit_summary(log)
+    log = read_json(Path(folder) / ORBIT_SEARCH_FILE, "orbit-search log")
+    return None if log is None else orbit_summary(log)
 
 
 def _orbit_search_lines(summary: dict | None) -> list[str]:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw3lib.core.io import atomic_write_json
+from hw3lib.core.io import atomic_write_json, read_json
 from hw3lib.kissing.groups import GroupSpec, families
 from hw3lib.kissing.layered import EQUATOR_NORM, TROPIC_NORM, TooManyOrbits, layered_search, rational_pool
 from hw3lib.kissing.orbits import group_order
@@ -58,12 +58,8 @@ def _config(deadline_s: float, max_orbits: int, random_groups: int, seed: int, s
 
 
 def _load(log_path: Path, config: dict, overwrite: bool) -> dict:
-    if log_path.is_file() and not overwrite:
-        try:
-            log = json.loads(log_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{log_path}: not a readable orbit-search log ({exc}); move it away or pass "
-                             "--overwrite") from exc
+    log = None if overwrite else read_json(log_path, "orbit-search log")
+    if log is not None:
         if log.get("config") != config:
             raise ValueError(f"{log_path} was written with other settings ({log.get('config')}); pass --overwrite "
                              "to start again, or give another --log")

@@ -108,3 +108,14 @@ def test_a_run_start_prints_a_local_model_folder_relative_to_the_project(monkeyp
     lines = GRPOConfig.for_profile("smoke").replace(model=str(folder)).describe_changes().splitlines()
     assert "  model = '.cache/keyword_sft/bf385eb6f4e1' (recipe: 'tiny')" in lines
     assert str(project_root()) not in "\n".join(lines)
+
+
+def test_read_json_reads_says_none_for_a_missing_file_and_names_a_broken_one(tmp_path):
+    from hw3lib.core.io import read_json
+
+    assert read_json(tmp_path / "absent.json") is None
+    (tmp_path / "good.json").write_text('{"a": [1, 2]}')
+    assert read_json(tmp_path / "good.json") == {"a": [1, 2]}
+    (tmp_path / "bad.json").write_text('{"a": [1, 2}')
+    with pytest.raises(ValueError, match=r"bad.json: not a readable search log .*line 1, column 12"):
+        read_json(tmp_path / "bad.json", "search log")
