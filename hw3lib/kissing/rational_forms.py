@@ -13,10 +13,12 @@ prime. This module decides it:
 - `similarity_factor(gram)`: a lambda that works, or None with the reason (the discriminant or the prime
   whose Hasse invariant differs).
 
-Why it matters here: configurations built over the Eisenstein integers Z[omega] live in a space whose
-Gram matrix contains A2 = [[2, -1], [-1, 2]] blocks, which is <2, 6> ~ <1, 3> over Q. The layered search
-(hw3lib.kissing.layered) therefore searches rational groups and orbits, which need no similarity at all;
-`similarity_factor` says which other frames could be carried over to integers.
+Why it matters here: configurations built over the Eisenstein integers Z[omega] (Ganzhinov's layered
+constructions) live in a space whose Gram matrix, in the basis (1, omega) of each complex coordinate, has
+blocks A2 / 2 = [[1, -1/2], [-1/2, 1]] ~ <1, 3/4> ~ <1, 3>. With the height axis of the layered frame that
+space is <1^6, 3^5>, which is similar to no multiple of I_11 (the Hasse invariant at 3 differs; see the
+tests), so such a configuration has no integer coordinates at all. The layered search
+(hw3lib.kissing.layered) therefore searches rational groups and orbits, which need no similarity.
 """
 
 from __future__ import annotations

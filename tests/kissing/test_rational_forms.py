@@ -80,4 +80,26 @@ def test_forms_without_one_say_why():
 def test_an_odd_dimensional_form_similar_to_a_multiple():
     # <1, 1, 2> = <2, 2, 2> since x^2 + y^2 = 2 has the rational point (1, 1): similar with lambda = 2
     assert similarity_factor([[1, 0, 0], [0, 1, 0], [0, 0, 2]])[0] == 2
-    assert similarity_factor(block(A2, A2, A2, A2, A2, [[1]]))[0] == 3  # the Eisenstein frame's space
+    assert similarity_factor(block(A2, A2, A2, A2, A2, [[1]]))[0] == 3  # integer A2 blocks (not the frame's A2 / 2)
+
+
+def test_the_eisenstein_frame_has_no_integer_coordinates():
+    # Re(z conj(w)) in the basis (1, omega) has Gram A2 / 2 = <1, 3/4> ~ <1, 3>; with the height axis <1> the
+    # space is <1^6, 3^5>: lambda must be 3 (the discriminant 3^5), and at p = 3 its Hasse invariant is
+    # (3,3)_3^C(5,2) = +1 while that of <3^11> is (3,3)_3^C(11,2) = -1
+    half_a2 = [[1, Fraction(-1, 2)], [Fraction(-1, 2), 1]]
+    factor, why = similarity_factor(_blocks([half_a2] * 5 + [[[1]]]))
+    assert factor is None and "must be 3" in why and "3" in why.split("p =")[1]
+    assert hasse_invariant([1] * 6 + [3] * 5, 3) == 1 and hasse_invariant([3] * 11, 3) == -1
+
+
+def _blocks(matrices):
+    n = sum(len(m) for m in matrices)
+    out = [[Fraction(0)] * n for _ in range(n)]
+    at = 0
+    for m in matrices:
+        for i, row in enumerate(m):
+            for j, value in enumerate(row):
+                out[at + i][at + j] = Fraction(value)
+        at += len(m)
+    return out
