@@ -11,6 +11,7 @@ fails when the writeup reads a key nobody declares. (In `core` so that every lay
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -56,6 +57,8 @@ def settings_of(profile: str, model: str, dataset: str, n_examples: int, tempera
     from hw3lib.core.course import get_course
 
     crs = get_course(course)
+    # a local folder (a cached data set or model) is shown relative to the project or the cache, never absolute
+    model, dataset = (io.shown_path(v) if os.path.isabs(str(v)) else str(v) for v in (model, dataset))
     sampling = ("greedy (temperature 0)" if temperature == 0 else f"temperature {temperature:g}, top-p {top_p:g}")
     text = (f"course {crs.title} (`{crs.name}`), profile `{profile}`, model `{model}`, data `{dataset}` "
             f"({n_examples} examples), sampling {sampling}, at most {max_tokens} tokens")

@@ -110,3 +110,13 @@ def test_settings_state_course_profile_model_data_and_sampling(monkeypatch):
     from_cfg = config_settings(cfg)
     assert (from_cfg["n_examples"], from_cfg["temperature"], from_cfg["max_tokens"]) == (
         cfg.n_eval_examples, cfg.eval_temperature, cfg.sampling_max_tokens)
+
+
+def test_settings_show_local_folders_relative_to_the_cache_or_project(monkeypatch, tmp_path):
+    from hw3lib.core.writeup_keys import settings_of
+
+    monkeypatch.setenv("HW3_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "cache" / "keyword_data" / "procedural_2000_seed0"
+    settings = settings_of("smoke", "tiny", str(data), 200, 0.0, 1.0, 12)
+    assert settings["dataset"] == "$HW3_CACHE_DIR/keyword_data/procedural_2000_seed0"
+    assert str(tmp_path) not in settings["text"] and settings["model"] == "tiny"
