@@ -13,7 +13,7 @@ keep the base's microbatch: `gradient_accumulation_steps` scales with `train_bat
 | `off_policy` | broad, short runs: `epochs_per_rollout_batch` x `train_batch_size` (rollout batch fixed), `grpo_clip` |
 | `off_policy_focused` | the best two broad settings and the on-policy base, full length |
 | `clip_ablation` | `grpo_clip` vs `grpo_no_clip` at the best focused off-policy setting |
-| `prompt` | `r1_zero` vs `question_only`, each trained and validated with its own reward function |
+| `prompt` | `r1_zero` vs `question_only`, each trained and validated with its own reward function, from one start that favours neither format |
 | `sync_strategy` | colocated (one device): one optimizer step per rollout batch vs several epochs per batch |
 | `kl_drift` | the base with `monitor_kl=True` (k1 and k3 to the frozen initial policy, logged per step) |
 | `leaderboard` | the best settings the grids found (full: MATH with the profile's MATH model; smoke: the smoke task) |
@@ -27,9 +27,9 @@ four optimizer steps per rollout batch, lr 2e-4 after a 10-step warm-up, 50 GRPO
 base is off-policy because on 2 CPU cores the on-policy schedule does not learn in a usable time:
 one optimizer step per 256 rollouts moved the validation reward 0.344 -> 0.320 in 20 steps at lr
 2e-4, and lr 1e-3 broke the warm start (0.344 -> 0.152 by step 10). Grids about a schedule
-(`off_policy`, `sync_strategy`, `clip_ablation`) set it explicitly, and `baselines` compares
-`reinforce_with_baseline` with `no_baseline` on the base's schedule, so every grid asks the same
-question in both profiles.
+(`off_policy`, `sync_strategy`, `clip_ablation`) set it explicitly, and so does `baselines`: its two losses
+(`reinforce_with_baseline`, `no_baseline`) have no importance ratio, so it runs them as the handout does, each
+rollout used once (one epoch of the base's optimizer batches). Every grid asks the same question in both profiles.
 
 Grids that pick up earlier results (`off_policy_focused`, `clip_ablation`, `leaderboard`) take them
 as `choices`; `run_sweep` runs the grids they depend on first (finished ones are only read back).
@@ -201,16 +201,29 @@ def _clip_ablation(base: GRPOConfig, choices: dict) -> dict[str, dict]:
 
 
 def _prompt(base: GRPOConfig, choices: dict) -> dict[str, dict]:
-    """`r1_zero` is the base itself (shared with the other grids). The warm start is SFT on R1-Zero
-    completions (hw3lib.models.warmstart refuses other prompts), so `question_only` starts from the base's
-    warm-started weights by their (cached, built on first use) folder: the same initial policy.
-    (`tiny-sft`, 40 SFT steps, did not learn under r1_zero: 0.152 flat over 60 GRPO steps.)"""
+    """Both prompts from a start that favours neither format, as the handout's base model does. Full: the base
+    model itself (`r1_zero` is then the base, shared with the other grids). Smoke: the warm start is SFT, so it
+    teaches a format; here it is the `neutral` one (hw3lib.models.warmstart: each record under the R1-Zero or
+    the question-only prompt, drawn at random), loaded by its (cached, built on first use) folder by both runs.
+    (The base's R1-Zero warm start gave question_only a start already trained on the other format's tags;
+    `tiny-sft`, 40 SFT steps, did not learn under r1_zero: 0.152 flat over 60 GRPO steps.)"""
     question_only = {"prompt": "question_only"}
-    if base.warm_start_steps:
-        from hw3lib.models.load import initial_policy_source
+    if not base.warm_start_steps:
+        return {"r1_zero": {}, "question_only": question_only}
+    from hw3lib.models.load import initial_policy_source
 
-        question_only.update(model=initial_policy_source(base), warm_start_steps=0)
-    return {"r1_zero": {}, "question_only": question_only}
+    neutral = {"model": initial_policy_source(base, warm_start_prompt="neutral"), "warm_start_steps": 0}
+    return {"r1_zero": neutral, "question_only": {**question_only, **neutral}}
+
+
+def _baselines(base: GRPOConfig, choices: dict) -> dict[str, dict]:
+    """The handout's two REINFORCE losses, compared as it does: on-policy, each rollout used once (one epoch; these
+    losses have no ratio, so a second epoch would follow stale rollouts uncorrected). Full: one optimizer step per
+    rollout batch, the course's schedule. Smoke: the base's optimizer batch (four steps of 64 per rollout batch,
+    the first on the sampling policy, the next three one to three steps behind it), because one step per rollout
+    batch does not learn on 2 CPU cores (0.344 -> 0.320 in 20 steps at lr 2e-4; lr 1e-3 broke the warm start)."""
+    one_pass = {"epochs_per_rollout_batch": 1} if base.epochs_per_rollout_batch != 1 else {}
+    return {loss: {**one_pass, **_loss(base, loss)} for loss in ("reinforce_with_baseline", "no_baseline")}
 
 
 def _leaderboard(base: GRPOConfig, choices: dict) -> dict[str, dict]:
@@ -248,8 +261,7 @@ GRIDS: dict[str, tuple[str, str, Callable[[GRPOConfig, dict], dict[str, dict]], 
     "learning_rate": ("Which learning rate learns fastest, and where does training diverge?", "{lr}",
                       _learning_rate, ()),
     "baselines": ("What does subtracting the group mean (the baseline) do?", "reinforce_with_baseline",
-                  lambda base, c: {"reinforce_with_baseline": _loss(base, "reinforce_with_baseline"),
-                                   "no_baseline": _loss(base, "no_baseline")}, ()),
+                  _baselines, ()),
     "length_normalization": ("Per-response (masked_mean) or constant (the generation budget) length normalization?",
                              "masked_mean", lambda base, c: {"masked_mean": {},
                                                              "constant": {"length_normalization": "constant"}}, ()),
@@ -509,7 +521,7 @@ def choices_from(result: GridResult) -> dict:
     """What later grids take from a finished one.
 
     `settings`: the changes of the winner -- the best-ending run that did not diverge if it beats the
-    reference beyond noise, else the reference (clip_ablation: only its `loss_type`). The broad
+    reference beyond noise, else the reference (clip_ablation and baselines: only its `loss_type`). The broad
     off-policy grid adds `top` (the two best off-policy settings), the focused one `off_policy` (the
     best off-policy setting).
     """
@@ -517,7 +529,7 @@ def choices_from(result: GridResult) -> dict:
     ranked = sorted((r for r in rows if r["status"] != "diverged"), key=lambda r: -r["end"])
     winner = next((r["label"] for r in ranked if r["beyond_noise"] and r["diff"] > 0), grid.reference)
     settings = dict(grid.changes[winner])
-    if grid.name == "clip_ablation":
+    if grid.name in ("clip_ablation", "baselines"):  # the loss, not the one-epoch schedule baselines compares it on
         settings = {"loss_type": result.results[winner].config.loss_type}
     choices = {"settings": settings, "reference_won": winner == grid.reference}
     off_policy = [grid.changes[r["label"]] for r in ranked if r["label"] != grid.reference]  # reference: on-policy

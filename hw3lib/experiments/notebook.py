@@ -9,14 +9,26 @@ from hw3lib.experiments.grids import Grid, GridResult
 
 def describe_changes(grid: Grid) -> list[str]:
     """One line per config: its label and the settings it changes from the grid's base. A model given as a
-    local folder (the prompt grid's warm-started weights) is named by what it is, not by its path, so the
+    local folder (the prompt grid's neutral warm start) is named by what it is, not by its path, so the
     lines read the same on every machine."""
     lines = []
     for label, changes in grid.changes.items():
-        shown = {key: ("<the base's warm-started weights>" if key == "model" else value)
-                 for key, value in changes.items()}
+        shown = {key: (_model_shown(value) if key == "model" else value) for key, value in changes.items()}
         lines.append(f"{grid.name}/{label:16s} {shown if shown else '(the base)'}")
     return lines
+
+
+def _model_shown(model: str) -> str:
+    """A model setting as `describe_changes` prints it: a warm start's folder by its recipe, another local folder
+    as such, a hub id or name as it is."""
+    import json
+    from pathlib import Path
+
+    recipe = Path(model) / "warm_start.json"
+    if recipe.is_file():
+        settings = json.loads(recipe.read_text(encoding="utf-8"))
+        return f"<warm start: {settings['prompt']} format, {settings['steps']} SFT steps>"
+    return "<a local model folder>" if Path(model).is_absolute() else model
 
 
 def show_grid(result: GridResult) -> dict:

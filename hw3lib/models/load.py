@@ -90,14 +90,27 @@ def enable_gradient_checkpointing(model) -> None:
     model.config.use_cache = False  # a KV cache is useless in training and conflicts with recomputation
 
 
-def initial_policy_source(cfg) -> str:
-    """Where a run's initial policy loads from: `cfg.model` resolved, or its SFT warm start on arithmetic
-    (cached; `cfg.warm_start_steps` > 0)."""
+def initial_policy_source(cfg, warm_start_prompt: str | None = None) -> str:
+    """Where a run's initial policy loads from: `cfg.model` resolved, or its SFT warm start on the run's
+    task (cached; `cfg.warm_start_steps` > 0): see `warm_start_records`. The warm start teaches `cfg.prompt`'s
+    format unless `warm_start_prompt` names another (`neutral`: both; hw3lib.models.warmstart)."""
     if not cfg.warm_start_steps:
         return cfg.model
-    from hw3lib.tasks.data import make_arithmetic_problems
+    return str(sft_warm_start(resolve_model(cfg.model), warm_start_records(cfg), steps=cfg.warm_start_steps,
+                              lr=cfg.warm_start_lr, batch_size=cfg.warm_start_batch_size, seed=cfg.seed,
+                              prompt=warm_start_prompt or cfg.prompt, working_fraction=cfg.warm_start_working_fraction))
 
-    records = make_arithmetic_problems(cfg.warm_start_examples, seed=cfg.seed + 2_000_003,
-                                       max_operand=cfg.arithmetic_max_operand)
-    return str(sft_warm_start(resolve_model(cfg.model), records, steps=cfg.warm_start_steps, lr=cfg.warm_start_lr,
-                              batch_size=cfg.warm_start_batch_size, seed=cfg.seed, prompt=cfg.prompt))
+
+def warm_start_records(cfg) -> list[dict]:
+    """The `cfg.warm_start_examples` records (`question`, worked `answer`, `gold`) a run's warm start trains on.
+
+    The generated MATH-format task's training split (another seed than the run's own) for a run on
+    `math-synthetic` -- an arithmetic warm start would leave the policy at 0% there, with no reward for
+    GRPO to work with; two-number arithmetic problems (another seed) otherwise.
+    """
+    from hw3lib.tasks.data import load_questions, make_arithmetic_problems, synthetic_math_folder
+
+    seed = cfg.seed + 2_000_003
+    if cfg.dataset == "math-synthetic":
+        return load_questions(str(synthetic_math_folder(seed)), "train", cfg.warm_start_examples)
+    return make_arithmetic_problems(cfg.warm_start_examples, seed=seed, max_operand=cfg.arithmetic_max_operand)

@@ -5,7 +5,9 @@ answer, so every group's rewards are equal, every advantage is zero and GRPO can
 `sft_warm_start` fine-tunes the model for a few steps on R1-Zero style solutions of synthetic
 arithmetic problems (`hw3lib.tasks.data.arithmetic_sft_target`: " 23 + 45 = 68 </think> <answer> 68
 </answer>") with the course's SFT loss (`hw3lib.maths.sft.sft_microbatch_train_step`): the policy learns
-the format and partly the arithmetic, leaving room for RL to improve the answers.
+the format and partly the arithmetic, leaving room for RL to improve the answers. `prompt` picks the format
+taught (`WARM_START_PROMPTS`): R1-Zero (the default), the question alone (the working, then EOS), or
+`neutral` (each record under one of the two at random: the prompt ablation's start, which favours neither).
 
 The result is saved with `save_pretrained` under `out_dir/<key>` (default
 `$HW3_CACHE_DIR/warmstart/`), where the key hashes every setting (model, the records, steps,
@@ -29,9 +31,41 @@ RECIPE_VERSION = 3
 TINY_SFT_STEPS = 40
 
 
+# The prompts a warm start can teach: the R1-Zero format, the question alone (the working, then the end of the
+# text), or `neutral`: each record under one of the two, drawn at random, so the start favours neither format
+# (the prompt ablation's common start: hw3lib.experiments.grids).
+WARM_START_PROMPTS = ("r1_zero", "question_only", "neutral")
+
+
 def direct_answer_target(record: dict) -> str:
     """The R1-Zero completion without the working: " </think> <answer> 68 </answer>"."""
     return f" </think> <answer> {record['gold']} </answer>"
+
+
+def question_only_target(record: dict, shows_working: bool, eos: str) -> str:
+    """The completion of the question-only prompt: " 23 + 45 = 68<eos>" (or " 68<eos>" without the working);
+    `question_only_reward_fn` grades its last box or number, and the EOS teaches the policy where to stop."""
+    working = record["answer"].rsplit("####", 1)[0].strip() if shows_working else record["gold"]
+    return f" {working}{eos}"
+
+
+def warm_start_examples(records: Sequence[dict], prompt: str, working_fraction: float, seed: int,
+                        eos: str) -> tuple[list[str], list[str]]:
+    """The (prompt texts, targets) a warm start trains on; see `WARM_START_PROMPTS` and `sft_warm_start`."""
+    from hw3lib.tasks.data import arithmetic_sft_target, format_prompt
+
+    shows_working = random.Random(seed).choices([True, False], [working_fraction, 1 - working_fraction], k=len(records))
+    pick_format = random.Random(seed + 1)  # its own stream: r1_zero and question_only starts keep their draws
+    formats = ([pick_format.choice(WARM_START_PROMPTS[:2]) for _ in records] if prompt == "neutral"
+               else [prompt] * len(records))
+    prompts, targets = [], []
+    for record, shown, form in zip(records, shows_working, formats):
+        prompts.append(format_prompt(form, record["question"]))
+        if form == "question_only":
+            targets.append(question_only_target(record, shown, eos))
+        else:
+            targets.append(arithmetic_sft_target(record) if shown else direct_answer_target(record))
+    return prompts, targets
 
 
 def warm_start_key(model_source: str, records: Sequence[dict], steps: int, lr: float, batch_size: int,
@@ -58,6 +92,7 @@ def sft_warm_start(source: str, records: Sequence[dict] | None = None, steps: in
     and takes one AdamW step (betas 0.9/0.95, no weight decay, gradient clipping at 1.0) with a
     learning rate decaying linearly to 10% of `lr`. Cached: see the module docstring.
 
+    `prompt`: the format taught, one of `WARM_START_PROMPTS` (see `warm_start_examples`).
     `working_fraction`: the share of records whose target shows the working
     (`arithmetic_sft_target`); the others get the bare answer `direct_answer_target` (a seeded,
     fixed choice per record). See the module docstring for why the smoke profile mixes them.
@@ -69,9 +104,9 @@ def sft_warm_start(source: str, records: Sequence[dict] | None = None, steps: in
         raise ValueError(f"sft_warm_start: steps={steps}, batch_size={batch_size} and lr={lr} must be positive")
     if not 0.0 <= working_fraction <= 1.0:
         raise ValueError(f"sft_warm_start: working_fraction={working_fraction} must be in [0, 1]")
-    if prompt != "r1_zero":
-        raise ValueError(f"sft_warm_start: prompt={prompt!r} is not supported: the SFT targets are R1-Zero "
-                         "completions (reasoning </think> <answer> ... </answer>); use prompt='r1_zero'")
+    if prompt not in WARM_START_PROMPTS:
+        raise ValueError(f"sft_warm_start: prompt={prompt!r} is not supported: choose one of "
+                         f"{', '.join(WARM_START_PROMPTS)} (`neutral` mixes the first two)")
     records = list(records) if records is not None else make_arithmetic_problems(2048, seed=seed + 2_000_003)
     if not records:
         raise ValueError("sft_warm_start: records is empty")
@@ -97,16 +132,13 @@ def _train_warm_start(out: Path, records: Sequence[dict], settings: dict, verbos
     from hw3lib.maths.sft_step import response_bounds, sft_optimizer_step
     from hw3lib.models.pretrained import load_resolved, model_kind
     from hw3lib.maths.logprobs import shared_prefix_length
-    from hw3lib.tasks.data import arithmetic_sft_target, format_prompt
 
     started = time.perf_counter()
     steps, lr, batch_size, seed = settings["steps"], settings["lr"], settings["batch_size"], settings["seed"]
     policy, tokenizer = load_resolved(model_kind(settings["model"]), settings["model"], device="cpu", dtype="float32")
     policy.train()
-    prompts = [format_prompt(settings["prompt"], record["question"]) for record in records]
-    working = settings["working_fraction"]
-    shows_working = random.Random(seed).choices([True, False], [working, 1 - working], k=len(records))
-    targets = [arithmetic_sft_target(r) if shown else direct_answer_target(r) for r, shown in zip(records, shows_working)]
+    prompts, targets = warm_start_examples(records, settings["prompt"], settings["working_fraction"], seed,
+                                           tokenizer.eos_token or "")
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)

@@ -302,12 +302,13 @@ def course_questions(course, profile_name: str, split: str = "test", limit: int 
 
 
 def synthetic_math_folder(seed: int) -> Path:
-    """The cached folder of the generated MATH-format task for `seed` (written on first use)."""
+    """The cached folder of the generated MATH-format task for `seed` (written on first use), at the small
+    ranges the tiny CPU model can learn (hw3lib.tasks.math_synthetic.SMALL)."""
     from hw3lib.core.io import cache_dir
     from hw3lib.tasks.math_synthetic import write_math_task
 
-    folder = cache_dir() / "math_synthetic" / f"seed{seed}_train4096_test1024"
-    write_math_task(folder, n_train=4096, n_test=1024, seed=seed)
+    folder = cache_dir() / "math_synthetic" / f"seed{seed}_train4096_test1024_small_worded3"
+    write_math_task(folder, n_train=4096, n_test=1024, seed=seed, small=True)
     return folder
 
 

@@ -41,6 +41,7 @@ import json
 import os
 import random
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -92,8 +93,38 @@ def simplest_radical(n: int) -> str:
 
 # ---- the five problem types: each returns (problem, solution, level) ---------------------------
 
-def _fractions(rng: random.Random) -> tuple[str, str, int]:
-    b, d = rng.randint(2, 6), rng.randint(2, 6)
+@dataclass(frozen=True)
+class Ranges:
+    """The numbers the problems draw from (inclusive bounds)."""
+
+    denominator: int  # Fractions: denominators 2..denominator
+    leg: int  # Radicals: legs 1..leg
+    coefficient: int  # Linear Equations: a in 2..coefficient (Inequalities: 2..min(4, coefficient))
+    constant: int  # Linear Equations / Inequalities: b in +-1..constant, the right side from -constant
+    right_side: int  # Linear Equations: the right side up to right_side
+    bound: int  # Inequalities: endpoints in -bound..bound+1; Functions: constants in +-1..bound
+    slope: int  # Functions: slopes 1..slope
+    worded: bool = False  # each problem opens with one of LEAD_INS (see SMALL)
+
+
+STANDARD = Ranges(denominator=6, leg=9, coefficient=6, constant=9, right_side=20, bound=5, slope=3)
+SMALL = Ranges(denominator=3, leg=3, coefficient=3, constant=1, right_side=3, bound=1, slope=2, worded=True)
+"""`small=True`: the smoke profile's task, for the 0.5M-parameter tiny model on 2 CPU cores: 150 distinct
+questions (96 inequalities, 20 equations, 16 compositions, 9 fraction sums, 9 hypotenuses), each worded in
+the ways of `LEAD_INS`, so that -- as in the GSM8K course's arithmetic word problems -- a held-out problem
+asks, in words never seen in training, what the training set asks in other words. Measured (greedy, 256
+held-out problems, 600 SFT steps of the worked solutions unless said): the standard ranges, one wording
+each, 4-6% right (every held-out problem was one it had never seen); ranges of 5, 1,500 questions, 66%;
+these ranges after 200 steps 64%. GRPO at the arithmetic recipe's settings did not raise the held-out
+reward on any of them within 30-50 steps (0.64 -> 0.57 here; lr 5e-5 to 6e-4, on- or off-policy), though
+it lifts the sampled reward on a pool of 32 training questions from 0.52 to 0.91 in 15 steps: it learns
+each question, and at 32 questions a step it does not revisit them often enough to carry over."""
+LEAD_INS = ("", "Problem: ", "Question: ", "Exercise: ", "Quiz: ", "Homework: ", "Try this. ", "A short one. ",
+            "Practice: ", "Warm-up: ", "Review: ", "Task: ")
+
+
+def _fractions(rng: random.Random, r: "Ranges") -> tuple[str, str, int]:
+    b, d = rng.randint(2, r.denominator), rng.randint(2, r.denominator)
     a = rng.choice([i for i in range(1, b) if _gcd(i, b) == 1])  # operands in lowest terms, as MATH writes them
     c = rng.choice([i for i in range(1, d) if _gcd(i, d) == 1])
     if Fraction(a, b) == Fraction(c, d):
@@ -110,8 +141,8 @@ def _fractions(rng: random.Random) -> tuple[str, str, int]:
     return problem, f"${working}=\\boxed{{{latex_number(result)}}}$.", 1 if b == d or op == "+" else 2
 
 
-def _radicals(rng: random.Random) -> tuple[str, str, int]:
-    a, b = rng.randint(1, 9), rng.randint(1, 9)
+def _radicals(rng: random.Random, r: "Ranges") -> tuple[str, str, int]:
+    a, b = rng.randint(1, r.leg), rng.randint(1, r.leg)
     square = a * a + b * b
     answer = simplest_radical(square)
     problem = (f"A right triangle has legs of length ${a}$ and ${b}$. What is the length of its hypotenuse? "
@@ -120,18 +151,18 @@ def _radicals(rng: random.Random) -> tuple[str, str, int]:
     return problem, f"${steps}=\\boxed{{{answer}}}$.", 1 if "sqrt" not in answer else 2
 
 
-def _linear_equations(rng: random.Random) -> tuple[str, str, int]:
-    a, b, c = rng.randint(2, 6), rng.choice([i for i in range(-9, 10) if i]), rng.randint(-9, 20)
+def _linear_equations(rng: random.Random, r: "Ranges") -> tuple[str, str, int]:
+    a, b, c = rng.randint(2, r.coefficient), rng.choice(_nonzero(r.constant)), rng.randint(-r.constant, r.right_side)
     x = Fraction(c - b, a)
     problem = f"Solve for $x$: ${linear_expression(a, b)}={c}$."
     return problem, f"${a}x={c - b}$, so $x=\\boxed{{{latex_number(x)}}}$.", 1 if x.denominator == 1 else 2
 
 
-def _inequalities(rng: random.Random) -> tuple[str, str, int]:
-    a, b = rng.randint(2, 4), rng.choice([i for i in range(-9, 10) if i])
-    low = rng.randint(-5, 6)
+def _inequalities(rng: random.Random, r: "Ranges") -> tuple[str, str, int]:
+    a, b = rng.randint(2, min(4, r.coefficient)), rng.choice(_nonzero(r.constant))
+    low = rng.randint(-r.bound, r.bound + 1)
     if rng.random() < 0.3:  # compound: a bounded closed interval
-        high = low + rng.randint(1, 6)
+        high = low + rng.randint(1, r.bound + 1)
         problem = f"Solve ${a * low + b}\\le {linear_expression(a, b)}\\le {a * high + b}$. " \
                   "Express your answer in interval notation."
         return problem, f"${a * low}\\le {a}x\\le {a * high}$, so $x\\in\\boxed{{[{low}, {high}]}}$.", 2
@@ -143,9 +174,9 @@ def _inequalities(rng: random.Random) -> tuple[str, str, int]:
     return problem, f"${a}x{relation}{space}{a * low}$, so $x\\in\\boxed{{{interval}}}$.", 1
 
 
-def _functions(rng: random.Random) -> tuple[str, str, int]:
-    nonzero = [i for i in range(-5, 6) if i]
-    a, b, c, d = rng.randint(1, 3), rng.choice(nonzero), rng.randint(1, 3), rng.choice(nonzero)
+def _functions(rng: random.Random, r: "Ranges") -> tuple[str, str, int]:
+    nonzero = _nonzero(r.bound)
+    a, b, c, d = rng.randint(1, r.slope), rng.choice(nonzero), rng.randint(1, r.slope), rng.choice(nonzero)
     f, g = linear_expression(a, b), linear_expression(c, d)
     answer = linear_expression(a * c, a * d + b)
     inner = f"({g})" if a > 1 else g
@@ -156,6 +187,10 @@ def _functions(rng: random.Random) -> tuple[str, str, int]:
 
 _GENERATORS = {"Fractions": _fractions, "Radicals": _radicals, "Linear Equations": _linear_equations,
                "Inequalities": _inequalities, "Functions": _functions}
+
+
+def _nonzero(limit: int) -> list[int]:
+    return [i for i in range(-limit, limit + 1) if i]
 
 
 def _gcd(a: int, b: int) -> int:
@@ -172,7 +207,7 @@ def problem_split(problem: str) -> str:
     return "test" if int.from_bytes(digest[:8], "big") % TEST_BUCKETS == 0 else "train"
 
 
-def make_math_problems(n: int, seed: int = 0, split: str | None = None) -> list[dict]:
+def make_math_problems(n: int, seed: int = 0, split: str | None = None, small: bool = False) -> list[dict]:
     """`n` MATH-format records `{"problem", "solution", "level", "type"}`, deterministic per `seed`.
 
     Each record's type is drawn uniformly from PROBLEM_TYPES; its solution ends in `\\boxed{answer}`.
@@ -183,12 +218,14 @@ def make_math_problems(n: int, seed: int = 0, split: str | None = None) -> list[
         raise ValueError(f"n={n!r}: pass a non-negative int")
     if split is not None and split not in SPLITS:
         raise ValueError(f"split={split!r}: pass one of {SPLITS} or None")
-    rng = random.Random(seed)
+    rng, ranges = random.Random(seed), SMALL if small else STANDARD
     records = []
     for _ in range(n):
         kind = rng.choice(PROBLEM_TYPES)
         for _ in range(_MAX_DRAWS):
-            problem, solution, level = _GENERATORS[kind](rng)
+            problem, solution, level = _GENERATORS[kind](rng, ranges)
+            if ranges.worded:
+                problem = rng.choice(LEAD_INS) + problem
             if split is None or problem_split(problem) == split:
                 break
         else:  # unreachable for the shipped generators; guards edits that shrink a type's problem space
@@ -197,7 +234,8 @@ def make_math_problems(n: int, seed: int = 0, split: str | None = None) -> list[
     return records
 
 
-def write_math_task(folder: str | os.PathLike, n_train: int, n_test: int, seed: int = 0) -> list[Path]:
+def write_math_task(folder: str | os.PathLike, n_train: int, n_test: int, seed: int = 0,
+                    small: bool = False) -> list[Path]:
     """Write `<folder>/train.jsonl` (`n_train` records) and `<folder>/test.jsonl` (`n_test`), atomically.
 
     The splits share no problem text (see `make_math_problems`); the test split uses seed
@@ -211,8 +249,8 @@ def write_math_task(folder: str | os.PathLike, n_train: int, n_test: int, seed: 
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"folder={str(folder)!r} exists and is not a directory")
-    contents = {folder / "train.jsonl": _jsonl_bytes(make_math_problems(n_train, seed, split="train")),
-                folder / "test.jsonl": _jsonl_bytes(make_math_problems(n_test, seed + 1, split="test"))}
+    contents = {folder / "train.jsonl": _jsonl_bytes(make_math_problems(n_train, seed, split="train", small=small)),
+                folder / "test.jsonl": _jsonl_bytes(make_math_problems(n_test, seed + 1, split="test", small=small))}
     for path, data in contents.items():
         if path.exists() and (not path.is_file() or path.read_bytes() != data):
             raise FileExistsError(f"{path} already exists with other content (not the generated task for "

@@ -35,6 +35,11 @@ def test_smoke_profile_keeps_the_cpu_recipe_and_swaps_the_math_task(cls):
     math = cls.for_profile("smoke", course="math-qwen2.5")
     assert gsm8k.dataset == "arithmetic" and math.dataset == "math-synthetic"
     assert math.model == gsm8k.model  # the smoke recipe's tiny model, not the GSM8K-SFT'd `tiny-sft`
+    # A worked MATH-format solution is up to 92 tokens: the arithmetic recipe's 32 would cut nearly all of them.
+    assert (gsm8k.sampling_max_tokens, math.sampling_max_tokens) == (32, 96)
+    assert cls.for_profile("smoke", course="gsm8k-qwen3", dataset="math-synthetic").sampling_max_tokens == 96
+    if hasattr(cls, "warm_start_steps"):  # GRPO and EI: a longer warm start on the harder task
+        assert (gsm8k.warm_start_steps, math.warm_start_steps) == (125, 200)
 
 
 def test_the_courses_evaluation_settings_in_the_full_profile():

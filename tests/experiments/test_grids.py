@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ CHOICES = {"top": [{"epochs_per_rollout_batch": 2, "train_batch_size": 64, "grad
            "settings": {"learning_rate": 1e-4, "use_std_normalization": False}}
 # The settings each grid is about: no config may change anything else.
 OFF_POLICY = {"epochs_per_rollout_batch", "train_batch_size", "gradient_accumulation_steps", "loss_type"}
-NAMED = {"learning_rate": {"learning_rate"}, "baselines": {"loss_type"},
+NAMED = {"learning_rate": {"learning_rate"}, "baselines": {"loss_type", "epochs_per_rollout_batch"},
          "length_normalization": {"length_normalization"},
          "std_normalization": {"use_std_normalization"},
          "off_policy": OFF_POLICY, "off_policy_focused": OFF_POLICY, "clip_ablation": OFF_POLICY,
@@ -115,7 +116,16 @@ def test_dependent_grids_need_their_choices_and_seeds_repeat_configs():
     assert grid.groups == {"reinforce_with_baseline": ["reinforce_with_baseline", "reinforce_with_baseline_seed1"],
                            "no_baseline": ["no_baseline", "no_baseline_seed1"]}
     assert grid.configs["no_baseline_seed1"].seed == 1 and grid.changes["no_baseline_seed1"] == {
-        "loss_type": "no_baseline", "seed": 1}
+        "epochs_per_rollout_batch": 1, "loss_type": "no_baseline", "seed": 1}
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_baselines_use_each_rollout_once_as_the_handout_does(profile):
+    grid = build_grid("baselines", profile)
+    for label, cfg in grid.configs.items():
+        assert cfg.loss_type == label and cfg.epochs_per_rollout_batch == 1  # no rollout reused without a ratio
+    if profile == "full":  # the course's on-policy schedule: one optimizer step per rollout batch
+        assert all(cfg.train_batch_size == cfg.rollout_batch_size for cfg in grid.configs.values())
 
 
 # ---- noise, by hand ----------------------------------------------------------------------------------
@@ -146,6 +156,14 @@ def _fake_result(grid: Grid, values: dict[str, tuple[float, float]], diverged: d
         records[label].update(status="diverged", stopped_at=step, reason=reason)
     results = {label: _fake_run(cfg, *values[label]) for label, cfg in grid.configs.items()}
     return GridResult(grid, results, records)
+
+
+def test_the_baselines_winner_passes_on_its_loss_not_its_one_epoch_schedule():
+    grid = build_grid("baselines", "smoke")
+    won = choices_from(_fake_result(grid, {"reinforce_with_baseline": (0.3, 0.3), "no_baseline": (0.3, 0.9)}))
+    assert won["settings"] == {"loss_type": "no_baseline"} and not won["reference_won"]
+    kept = choices_from(_fake_result(grid, {"reinforce_with_baseline": (0.3, 0.5), "no_baseline": (0.3, 0.5)}))
+    assert kept["settings"] == {"loss_type": "reinforce_with_baseline"} and kept["reference_won"]
 
 
 def test_compare_and_reading_say_which_differences_exceed_noise():
@@ -348,3 +366,16 @@ def test_the_algorithms_grid_runs_each_recipe_from_one_off_policy_base():
             assert cfg.learning_rate == grid.base.learning_rate and cfg.n_grpo_steps == grid.base.n_grpo_steps
     full = build_grid("algorithms", "full").base
     assert (full.epochs_per_rollout_batch, full.train_batch_size) == (2, 64)  # the course's base, made off-policy
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_both_prompts_start_from_one_policy_that_favours_neither_format(profile):
+    grid = build_grid("prompt", profile)
+    r1_zero, question_only = grid.configs["r1_zero"], grid.configs["question_only"]
+    assert (r1_zero.prompt, question_only.prompt) == ("r1_zero", "question_only")
+    assert r1_zero.model == question_only.model and r1_zero.warm_start_steps == question_only.warm_start_steps
+    if profile == "smoke":  # the neutral warm start, loaded by its folder (not the base's R1-Zero one)
+        settings = json.loads((Path(r1_zero.model) / "warm_start.json").read_text())
+        assert settings["prompt"] == "neutral" and r1_zero.warm_start_steps == 0
+    else:  # the base model itself: no warm start teaches any format
+        assert r1_zero.model == grid.base.model and not r1_zero.warm_start_steps

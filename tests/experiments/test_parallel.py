@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hw3lib.experiments.grids import build_grid, config_key
+from hw3lib.experiments.grids import build_grid
 from hw3lib.experiments.notebook import describe_changes
 from hw3lib.experiments.parallel import ORDER, SweepWorkerError, run_grids_parallel
 
@@ -25,16 +25,18 @@ def test_order_starts_every_grid_after_its_prerequisites():
         assert set(GRIDS[name][3]) <= set(ORDER[:i]), name
 
 
-def test_prompt_grid_shares_the_common_base_and_starts_from_the_same_weights():
-    prompt, std = build_grid("prompt", "smoke"), build_grid("std_normalization", "smoke")
+def test_prompt_grid_starts_both_prompts_from_the_same_neutral_weights():
+    prompt = build_grid("prompt", "smoke")
     r1_zero, question_only = prompt.configs["r1_zero"], prompt.configs["question_only"]
-    assert config_key(r1_zero.to_dict()) == config_key(std.configs["std_on"].to_dict())
     from hw3lib.models.load import initial_policy_source
 
-    assert question_only.model == initial_policy_source(r1_zero) and question_only.warm_start_steps == 0
+    neutral = initial_policy_source(prompt.base, warm_start_prompt="neutral")
+    assert r1_zero.model == question_only.model == neutral != initial_policy_source(prompt.base)
+    assert r1_zero.warm_start_steps == question_only.warm_start_steps == 0
     lines = describe_changes(prompt)
-    assert lines[0].startswith("prompt/r1_zero") and lines[0].endswith("(the base)")
-    assert "<the base's warm-started weights>" in lines[1] and question_only.model not in lines[1]
+    shown = f"<warm start: neutral format, {prompt.base.warm_start_steps} SFT steps>"
+    assert all(line.startswith(f"prompt/{label}") and shown in line and neutral not in line
+               for line, label in zip(lines, ("r1_zero", "question_only")))
 
 
 def test_two_grids_side_by_side_train_their_shared_base_once():

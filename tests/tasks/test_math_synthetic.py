@@ -13,6 +13,7 @@ import pytest
 from hw3lib.core.io import DataFileError
 from hw3lib.tasks.data import extract_boxed_answer, load_math, load_task
 from hw3lib.tasks.math_synthetic import (
+    LEAD_INS,
     PROBLEM_TYPES,
     latex_number,
     linear_expression,
@@ -109,6 +110,23 @@ def test_splits_share_no_problem_and_both_hold_every_type():
     assert not {r["problem"] for r in train} & {r["problem"] for r in test}
     assert {r["type"] for r in train} == {r["type"] for r in test} == set(PROBLEM_TYPES)
     assert all(problem_split(r["problem"]) == "test" for r in test)
+
+
+def test_the_small_task_is_worded_so_held_out_problems_ask_trained_questions_in_new_words():
+    def asked(problem: str) -> str:
+        lead_in = max((w for w in LEAD_INS if problem.startswith(w)), key=len)
+        return problem[len(lead_in):]
+
+    train = make_math_problems(4096, seed=0, split="train", small=True)
+    test = make_math_problems(512, seed=1, split="test", small=True)
+    assert not {r["problem"] for r in train} & {r["problem"] for r in test}
+    assert {asked(r["problem"]) for r in test} != {r["problem"] for r in test}  # lead-ins are used
+    seen = {asked(r["problem"]) for r in train}
+    share = sum(asked(r["problem"]) in seen for r in test) / len(test)
+    assert share > 0.9, share  # held-out problems ask what the training set asks in other words
+    # The standard task keeps one wording per question: no lead-ins.
+    assert all(asked(r["problem"]) == r["problem"] for r in make_math_problems(200, seed=0))
+    assert make_math_problems(50, seed=3) != make_math_problems(50, seed=3, small=True)
 
 
 @pytest.mark.parametrize("kwargs", [{"n": -1}, {"n": 2.0}, {"n": 2, "split": "validation"}])
@@ -268,3 +286,17 @@ def test_the_tiny_tokenizer_round_trips_the_text_within_the_generation_budget(ti
             assert tokenizer.decode(ids) == text
         # Byte-level BPE trained on GSM8K: LaTeX costs ~1.5 characters a token, still well inside 128.
         assert len(tokenizer(math_sft_target(record), add_special_tokens=False)["input_ids"]) <= 128
+
+
+def test_the_smoke_warm_starts_targets_fit_the_smoke_generation_budget(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from hw3lib.grpo.config import GRPOConfig
+    from hw3lib.tasks.data import arithmetic_sft_target
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    budget = GRPOConfig.for_profile("smoke", course="math-qwen2.5").sampling_max_tokens
+    records = make_math_problems(400, seed=5, small=True)
+    for record in records:  # the warm start's target: the working, then the bare answer in the R1-Zero tags
+        target = arithmetic_sft_target({"answer": record["solution"], "gold": _gold(record)})
+        assert len(tokenizer(target, add_special_tokens=False)["input_ids"]) <= budget
