@@ -117,8 +117,9 @@ held-out problems, 600 SFT steps of the worked solutions unless said): the stand
 each, 4-6% right (every held-out problem was one it had never seen); ranges of 5, 1,500 questions, 66%;
 these ranges after 200 steps 64%. GRPO at the arithmetic recipe's settings did not raise the held-out
 reward on any of them within 30-50 steps (0.64 -> 0.57 here; lr 5e-5 to 6e-4, on- or off-policy), though
-it lifts the sampled reward on a pool of 32 training questions from 0.52 to 0.91 in 15 steps: it learns
-each question, and at 32 questions a step it does not revisit them often enough to carry over."""
+it learns the questions it trains on: on a pool of 32 training problems the sampled reward rose 0.52 -> 0.91 in
+15 steps, on a pool of 256 0.38 -> 0.61 in 32 steps while the held-out greedy reward fell 0.64 -> 0.52. What it
+learns does not carry over to other wordings of the same questions; why is open."""
 LEAD_INS = ("", "Problem: ", "Question: ", "Exercise: ", "Quiz: ", "Homework: ", "Try this. ", "A short one. ",
             "Practice: ", "Warm-up: ", "Review: ", "Task: ")
 
