@@ -43,9 +43,10 @@ def direct_answer_target(record: dict) -> str:
 
 
 def question_only_target(record: dict, shows_working: bool, eos: str) -> str:
-    """The completion of the question-only prompt: " 23 + 45 = 68<eos>" (or " 68<eos>" without the working);
-    `question_only_reward_fn` grades its last box or number, and the EOS teaches the policy where to stop."""
-    working = record["answer"].rsplit("####", 1)[0].strip() if shows_working else record["gold"]
+    """The completion of the question-only prompt: " 23 + 45 = 68<eos>" (or " \\boxed{68}<eos>" without the
+    working: a bare `\\frac{1}{6}` would be graded by its last number); `question_only_reward_fn` grades the last
+    box or number, and the EOS teaches the policy where to stop."""
+    working = record["answer"].rsplit("####", 1)[0].strip() if shows_working else f"\\boxed{{{record['gold']}}}"
     return f" {working}{eos}"
 
 

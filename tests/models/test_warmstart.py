@@ -13,7 +13,12 @@ RECORD = {"question": "Tom has 2 apples and gets 3 more. How many apples does he
 
 def test_question_only_target_shows_the_working_then_stops():
     assert question_only_target(RECORD, True, "<eos>") == " 2 + 3 = 5<eos>"
-    assert question_only_target(RECORD, False, "<eos>") == " 5<eos>"
+    assert question_only_target(RECORD, False, "<eos>") == " \\boxed{5}<eos>"
+    fraction = {"answer": "$\\frac{1}{2}-\\frac{1}{3}=\\boxed{\\frac{1}{6}}$.", "gold": "\\frac{1}{6}"}
+    from hw3lib.tasks.rewards import question_only_reward_fn
+
+    for shown in (True, False):  # graded right with or without the working (a bare \frac{1}{6} would read as 6)
+        assert question_only_reward_fn(question_only_target(fraction, shown, ""), "\\frac{1}{6}")["reward"] == 1.0
 
 
 def test_r1_zero_and_question_only_examples():
@@ -22,7 +27,7 @@ def test_r1_zero_and_question_only_examples():
     assert targets == [" 2 + 3 = 5 </think> <answer> 5 </answer>"]
     prompts, targets = warm_start_examples([RECORD], "question_only", 0.0, seed=0, eos="<eos>")
     assert prompts == [RECORD["question"]] == [format_prompt("question_only", RECORD["question"])]
-    assert targets == [" 5<eos>"]
+    assert targets == [" \\boxed{5}<eos>"]
 
 
 def test_neutral_mixes_both_formats_evenly_and_deterministically():
