@@ -150,6 +150,13 @@ class RunConfig:
         # A worked solution of the generated MATH-format task is 55 tokens on average, 92 at most (the tiny
         # model's tokenizer): the arithmetic recipe's 32 would truncate nearly every answer.
         "sampling_max_tokens": 96,
+        # Validation as the MATH course validates: sampled at T=1 (top-p 1), not greedy. Measured (80 GRPO steps of
+        # the smoke recipe after the 200-step warm start, 256 held-out problems): sampled accuracy 0.44 -> 0.56
+        # (+12 points, 2 standard errors of the difference 8.7), greedy 0.64 -> 0.55 at step 20 -- GRPO sharpens
+        # the sampling distribution the course measures, not the tiny model's argmax. 512 problems keep the
+        # sampling noise of a difference at ~6 points (2 standard errors).
+        "eval_temperature": 1.0,
+        "n_eval_examples": 512,
     }
     """What the smoke settings change for the MATH course's generated task (`math-synthetic`)."""
     _EXTRA_DATASETS: ClassVar[tuple[str, ...]] = ()

@@ -40,6 +40,9 @@ def test_smoke_profile_keeps_the_cpu_recipe_and_swaps_the_math_task(cls):
     assert cls.for_profile("smoke", course="gsm8k-qwen3", dataset="math-synthetic").sampling_max_tokens == 96
     if hasattr(cls, "warm_start_steps"):  # GRPO and EI: a longer warm start on the harder task
         assert (gsm8k.warm_start_steps, math.warm_start_steps) == (125, 200)
+    # The MATH track validates as its course does (sampled at T=1) on 512 held-out problems; GSM8K's stays greedy.
+    assert (gsm8k.eval_temperature, gsm8k.n_eval_examples) == (0.0, 256)
+    assert (math.eval_temperature, math.n_eval_examples) == (1.0, 512)
 
 
 def test_the_courses_evaluation_settings_in_the_full_profile():
@@ -54,6 +57,7 @@ def test_the_courses_evaluation_settings_in_the_full_profile():
     assert validation_label(GRPOConfig.for_profile("full")) == "sampled at T=1, top-p 1.0, 1024 tokens"
     # smoke validates greedily, and says so
     assert validation_label(GRPOConfig.for_profile("smoke")) == "greedy, 32 tokens"
+    assert validation_label(GRPOConfig.for_profile("smoke", course="math-qwen2.5")) == "sampled at T=1, top-p 1.0, 96 tokens"
 
 
 def test_the_math_handouts_sft_and_expert_iteration_settings():
