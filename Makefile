@@ -49,8 +49,10 @@ setup: $(VENV)/.installed sandbox-tools
 # Tests never touch a workbook's results: pytest sends every output to a temporary folder (tests/conftest.py), and
 # the notebooks run under hw3lib.workbook.isolated, which points HW3_OUTPUT_DIR and HW3_RUNS_DIR at a fresh
 # temporary folder and removes it afterwards; runs/, figures/ and writeup/ stay as they were.
+# TEST_WORKERS: pytest-xdist workers (one per core; each computes on one thread, see tests/conftest.py).
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q tests/
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/
 	# HW3_NOTEBOOK_SHORT=1: notebook 05 runs its grids, SFT and EI in a shorter setting (CI budget);
 	# `make workbook` runs the informative one. Then the writeup is built from what those runs exported and
 	# checked: every section shows its results and every deliverable the handouts ask (hw3lib.workbook.writeup).

@@ -21,6 +21,15 @@ os.environ.setdefault("HW3_DATA_DIR", str(SHARED_DATA))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist (`-n 2`: one worker per core) each worker, and every process it starts, computes on one
+    # thread: two workers of two torch threads each on 2 cores spend their time waiting at thread barriers.
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[_threads] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
