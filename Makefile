@@ -52,12 +52,17 @@ setup: $(VENV)/.installed sandbox-tools
 # TEST_WORKERS: pytest-xdist workers (one per core; each computes on one thread, see tests/conftest.py).
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/
-	# HW3_NOTEBOOK_SHORT=1: notebook 05 runs its grids, SFT and EI in a shorter setting (CI budget);
-	# `make workbook` runs the informative one. Then the writeup is built from what those runs exported and
-	# checked: every section shows its results and every deliverable the handouts ask (hw3lib.workbook.writeup).
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 tests/
+	# HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps per run and validate on 64 examples (the CI
+	# budget); `make workbook` runs the informative length. Then the writeup is built from what those runs exported
+	# and checked: every section shows its results and every deliverable the handouts ask (hw3lib.workbook.writeup).
 	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 $(PY) -m hw3lib.workbook.isolated bash -c \
-		'$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks/ && $(PY) -m hw3lib.workbook.writeup --check'
+		'$(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ && $(PY) -m hw3lib.workbook.writeup --check'
+	# The MATH course's track in the same short setting: every notebook executed under HW3_COURSE=math-qwen2.5
+	# (papermill; the stored outputs are the default course's, so nbval has nothing to compare), then its writeup
+	# built and checked.
+	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 HW3_COURSE=math-qwen2.5 $(PY) -m hw3lib.workbook.isolated \
+		$(PY) -m hw3lib.workbook.run
 
 workbook: setup
 	$(PY) -m hw3lib.workbook.run

@@ -8,7 +8,7 @@ computed once in `__post_init__` and saved with the config.
 
 `for_profile(name)` starts from the profile's model, precision, engine and devices
 (hw3lib.core.profile), adds the class's `_SMOKE` settings in the smoke profile (and `_SMOKE_MATH` on the
-MATH course's generated task), then the overrides.
+MATH course's generated task, and `_SHORT` under CI's short setting of the notebooks), then the overrides.
 """
 
 from __future__ import annotations
@@ -159,6 +159,13 @@ class RunConfig:
         "n_eval_examples": 512,
     }
     """What the smoke settings change for the MATH course's generated task (`math-synthetic`)."""
+    _SHORT: ClassVar[dict] = {
+        # CI runs every notebook of both courses (hw3lib.core.profile.notebook_short); validation is most of a
+        # 3-step run's time there (the MATH task: 512 problems sampled at up to 96 tokens, twice per run), and
+        # CI checks the code paths, not the numbers (`make workbook` validates on the full sets).
+        "n_eval_examples": 64,
+    }
+    """What CI's short setting of the notebooks ($HW3_NOTEBOOK_SHORT=1) changes in the smoke profile."""
     _EXTRA_DATASETS: ClassVar[tuple[str, ...]] = ()
     """Dataset names this kind of run accepts besides the built-in and MATH ones."""
 
@@ -269,7 +276,7 @@ class RunConfig:
         `model` is among the overrides.
         """
         from hw3lib.core.course import get_course
-        from hw3lib.core.profile import get_profile
+        from hw3lib.core.profile import get_profile, notebook_short
 
         prof, chosen = get_profile(profile_name), get_course(course)
         device = "cuda:0" if prof.device == "cuda" else prof.device
@@ -281,6 +288,8 @@ class RunConfig:
         base.update(chosen.run_data(prof.name))
         if prof.name == "smoke" and overrides.get("dataset", base.get("dataset")) == "math-synthetic":
             base.update(cls._SMOKE_MATH)
+        if prof.name == "smoke" and notebook_short():
+            base.update(cls._SHORT)
         if overrides.get("dataset", base.get("dataset")) not in (*BUILTIN_DATASETS, None) and "model" not in overrides:
             base["model"] = prof.math_model
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls) if f.init}

@@ -90,6 +90,13 @@ def default_profile_name() -> str:
     return "full" if torch.cuda.is_available() else "smoke"
 
 
+def notebook_short() -> bool:
+    """True under CI's short setting of the notebooks ($HW3_NOTEBOOK_SHORT=1, what `make test` runs them in):
+    the same code paths as `make workbook`, in runs too short to show the effects. The notebooks shorten
+    their runs themselves; the smoke configs validate on fewer examples (`RunConfig._SHORT`)."""
+    return os.environ.get("HW3_NOTEBOOK_SHORT") == "1"
+
+
 def get_profile(name: str | None = None, **overrides) -> Profile:
     """The profile called `name` (default: `default_profile_name()`), with field overrides."""
     name = name or default_profile_name()

@@ -305,3 +305,11 @@ _SMOKE = {
     "checkpoint_every": 20,
 }
 GRPOConfig._SMOKE = _SMOKE
+GRPOConfig._SHORT = {
+    **GRPOConfig._SHORT,
+    # CI's short runs take 64 rollouts per GRPO step (8 questions x 8) in optimizer steps of 16: the recipe's
+    # shape (4 optimizer steps per rollout batch, 2 epochs) at a quarter of its cost; the grids derive their
+    # batch sizes from it. Overrides (the keyword and async runs set their own batches) still win.
+    "rollout_batch_size": 64,
+    "train_batch_size": 16,
+}

@@ -45,6 +45,22 @@ def test_smoke_profile_keeps_the_cpu_recipe_and_swaps_the_math_task(cls):
     assert (math.eval_temperature, math.n_eval_examples) == (1.0, 512)
 
 
+@pytest.mark.parametrize("cls", [GRPOConfig, SFTConfig, EIConfig])
+def test_cis_short_notebook_setting_validates_on_fewer_examples_in_smoke_only(cls, monkeypatch):
+    monkeypatch.setenv("HW3_NOTEBOOK_SHORT", "1")
+    for course in ("gsm8k-qwen3", "math-qwen2.5"):
+        assert cls.for_profile("smoke", course=course).n_eval_examples == 64
+        assert cls.for_profile("smoke", course=course, n_eval_examples=100).n_eval_examples == 100  # overrides win
+        assert cls.for_profile("full", course=course).n_eval_examples >= 1024  # the full profile never shortens
+    if cls is GRPOConfig:  # a quarter of the recipe's rollout batch, in the recipe's shape
+        short = cls.for_profile("smoke")
+        assert (short.rollout_batch_size, short.train_batch_size, short.optimizer_steps_per_rollout_batch) == (64, 16, 4)
+    monkeypatch.setenv("HW3_NOTEBOOK_SHORT", "0")
+    assert cls.for_profile("smoke").n_eval_examples == 256
+    if cls is GRPOConfig:
+        assert cls.for_profile("smoke").rollout_batch_size == 256
+
+
 def test_the_courses_evaluation_settings_in_the_full_profile():
     for cls in (GRPOConfig, SFTConfig, EIConfig):
         cfg = cls.for_profile("full")

@@ -149,6 +149,10 @@ def test_make_test_runs_the_notebooks_in_a_temporary_output_folder():
     nbval = [c for c in commands if "--nbval" in c]
     assert len(nbval) == 1 and re.search(r"-m hw3lib\.workbook\.isolated .*-m pytest .*notebooks/", nbval[0]), nbval
     assert any(re.search(r"-m pytest .*tests/", c) for c in commands)  # isolated by tests/conftest.py
+    # the MATH course's round: every notebook and its writeup, isolated too, in CI's short setting
+    math = [c for c in commands if "HW3_COURSE=math-qwen2.5" in c]
+    assert len(math) == 1 and re.search(r"-m hw3lib\.workbook\.isolated .*-m hw3lib\.workbook\.run$", math[0]), math
+    assert all("HW3_NOTEBOOK_SHORT=1" in c for c in (*nbval, *math))
     assert re.search(r"^make test$", (REPO_ROOT / ".ci" / "run").read_text(), flags=re.M)  # what CI runs
 
 
