@@ -49,12 +49,13 @@ setup: $(VENV)/.installed sandbox-tools
 # Tests never touch a workbook's results: pytest sends every output to a temporary folder (tests/conftest.py), and
 # the notebooks run under hw3lib.workbook.isolated, which points HW3_OUTPUT_DIR and HW3_RUNS_DIR at a fresh
 # temporary folder and removes it afterwards; runs/, figures/ and writeup/ stay as they were.
-# TEST_WORKERS: pytest-xdist workers (one per core; each computes on one thread, see tests/conftest.py).
+# TEST_WORKERS: pytest-xdist workers (one per core; each computes on one thread, see tests/conftest.py); worksteal:
+# an idle worker takes queued tests from a busy one, so a long test near the end does not leave a core idle.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 tests/
-	# HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps per run and validate on 64 examples (the CI
-	# budget); `make workbook` runs the informative length. Then the writeup is built from what those runs exported
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 tests/
+	# HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps of 64 rollouts per run from a 60-step warm start and
+	# validate on 64 examples (the CI budget; hw3lib.core.config `_SHORT`); `make workbook` runs the informative length. Then the writeup is built from what those runs exported
 	# and checked: every section shows its results and every deliverable the handouts ask (hw3lib.workbook.writeup).
 	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 $(PY) -m hw3lib.workbook.isolated bash -c \
 		'$(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ && $(PY) -m hw3lib.workbook.writeup --check'

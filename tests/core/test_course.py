@@ -52,6 +52,8 @@ def test_cis_short_notebook_setting_validates_on_fewer_examples_in_smoke_only(cl
         assert cls.for_profile("smoke", course=course).n_eval_examples == 64
         assert cls.for_profile("smoke", course=course, n_eval_examples=100).n_eval_examples == 100  # overrides win
         assert cls.for_profile("full", course=course).n_eval_examples >= 1024  # the full profile never shortens
+    if cls is not SFTConfig:  # GRPO and EI: a shorter warm start
+        assert cls.for_profile("smoke", course="math-qwen2.5").warm_start_steps == 60
     if cls is GRPOConfig:  # a quarter of the recipe's rollout batch, in the recipe's shape
         short = cls.for_profile("smoke")
         assert (short.rollout_batch_size, short.train_batch_size, short.optimizer_steps_per_rollout_batch) == (64, 16, 4)

@@ -305,11 +305,11 @@ def test_checkpoint_write_is_atomic(monkeypatch, tmp_path):
 
 
 def test_smoke_grpo_learns():
-    """The smoke recipe, shortened to 60 of its 80 steps: validation answer reward rises by >= 5 points
-    absolute (measured here: 0.344 -> 0.484)."""
+    """The smoke recipe, shortened to 40 of its 80 steps: validation answer reward rises by >= 5 points
+    absolute (measured here, one torch thread as under pytest-xdist: 0.344 -> 0.438)."""
     from hw3lib.grpo.loop import train
 
-    cfg = GRPOConfig.for_profile("smoke", name="learn", n_grpo_steps=60, eval_every=60, checkpoint_every=0)
+    cfg = GRPOConfig.for_profile("smoke", name="learn", n_grpo_steps=40, eval_every=40, checkpoint_every=0)
     result = train(cfg)
     before, after = result.eval_rows[0]["eval/answer_reward"], result.eval_rows[-1]["eval/answer_reward"]
     print(f"validation answer reward {before:.3f} -> {after:.3f}")
