@@ -54,9 +54,10 @@ setup: $(VENV)/.installed sandbox-tools
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 tests/
-	# HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps of 64 rollouts per run from a 60-step warm start and
-	# validate on 64 examples (the CI budget; hw3lib.core.config `_SHORT`); `make workbook` runs the informative length. Then the writeup is built from what those runs exported
-	# and checked: every section shows its results and every deliverable the handouts ask (hw3lib.workbook.writeup).
+	# HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps of 64 rollouts per run from a 60-step warm start
+	# and validate on 64 examples (the CI budget; the configs' `_SHORT`); `make workbook` runs the informative
+	# length. Then the writeup is built from what those runs exported and checked: every section shows its
+	# results and every deliverable the handouts ask (hw3lib.workbook.writeup).
 	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 $(PY) -m hw3lib.workbook.isolated bash -c \
 		'$(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ && $(PY) -m hw3lib.workbook.writeup --check'
 	# The MATH course's track in the same short setting: every notebook executed under HW3_COURSE=math-qwen2.5

@@ -93,7 +93,8 @@ def default_profile_name() -> str:
 def notebook_short() -> bool:
     """True under CI's short setting of the notebooks ($HW3_NOTEBOOK_SHORT=1, what `make test` runs them in):
     the same code paths as `make workbook`, in runs too short to show the effects. The notebooks shorten
-    their runs themselves; the smoke configs validate on fewer examples (`RunConfig._SHORT`)."""
+    their runs themselves; the smoke configs take their classes' `_SHORT` settings (hw3lib.core.config: fewer
+    validation examples, smaller GRPO rollout batches, a shorter warm start)."""
     return os.environ.get("HW3_NOTEBOOK_SHORT") == "1"
 
 
