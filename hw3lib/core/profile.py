@@ -90,6 +90,10 @@ def default_profile_name() -> str:
     return "full" if torch.cuda.is_available() else "smoke"
 
 
+# GRPO steps per run in CI's short setting (notebooks 04 and 05 take it when notebook_short() is true).
+SHORT_GRPO_STEPS = 3
+
+
 def notebook_short() -> bool:
     """True under CI's short setting of the notebooks ($HW3_NOTEBOOK_SHORT=1, what `make test` runs them in):
     the same code paths as `make workbook`, in runs too short to show the effects. The notebooks shorten

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hw3lib.grpo.async_loop import TIMINGS_FILE, AsyncConfig, train_async
-from hw3lib.core.io import read_jsonl, save_figure
+from hw3lib.grpo.async_loop import REPLAY_FILE, TIMINGS_FILE, AsyncConfig, train_async
+from hw3lib.core.io import read_json, read_jsonl, save_figure
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.core.writeup_keys import config_settings
 from hw3lib.grpo.results import time_breakdown
@@ -28,31 +28,41 @@ from hw3lib.grpo.loop import train
 from hw3lib.grpo.config import GRPOConfig
 
 
-def schedule_comparison(profile: str | None = None, **overrides) -> tuple[GRPOConfig, dict[str, AsyncConfig | None]]:
-    """The notebook's comparison: a config on which generation and training take similar time, and
-    the three schedules (sync, one-behind, and replay: a buffer of two rollout batches, groups up to two
-    versions old, so the generator can run a batch further ahead).
+# Off-policyness bounds of the replay schedules: each group trained up to twice, at most this many policy
+# versions after the one that sampled it (the comparison's three lags).
+REPLAY_LAGS = (1, 2, 4)
+REPLAY_MAX_USES = 2
 
-    smoke: the warm-started tiny model on the arithmetic task, 48 GRPO steps of 32 rollouts (4 questions
-    x 8), one `grpo_clip` optimizer step per rollout batch at lr 5e-5. Small batches because that is where
-    one core per actor pays on 2 CPU cores (bench/bench_async.py: one-behind 1.48x at 32 rollouts, 1.23x at
-    64, 1.02x at 128, where training already runs ~2x faster on two threads than on one); batches this
-    small do not teach the tiny model, so the validation reward drops in every schedule alike -- the
-    comparison is about time and about the schedules ending within noise of each other. full: the
-    profile's own model and sizes for 50 steps (on one GPU both actors share it; see hw3lib.grpo.async_loop).
+
+def schedule_comparison(profile: str | None = None, **overrides) -> tuple[GRPOConfig, dict[str, AsyncConfig | None]]:
+    """The notebook's comparison: a config on which the synchronous loop learns and generation and training
+    take similar time, and the schedules -- sync, one-behind, and replay with each group trained up to
+    `REPLAY_MAX_USES` times at most `lag` policy versions old, for each lag in `REPLAY_LAGS` (a buffer of
+    max(2, lag) rollout batches).
+
+    smoke: the warm-started tiny model on the MATH course's generated task (under either course: its ~55-token
+    worked answers make generation about half of a step, where the arithmetic task's ~19 tokens leave
+    generation a third and overlap gains nothing; measured 0.88x), 200 GRPO steps of 64 rollouts (8 questions
+    x 8), one `grpo_clip` optimizer step per rollout batch at lr 2e-4, validation sampled on 512 problems.
+    Measured synchronously: 0.430 -> 0.545 in 200 steps (0.605 in 400), 2 standard errors of the difference
+    ~6 points; bench/bench_async.py times the schedules at this setting. full: the profile's own model and
+    sizes for 50 steps (on one GPU both actors share it; see hw3lib.grpo.async_loop).
     """
     from hw3lib.core.profile import get_profile
 
     name = get_profile(profile).name
     if name == "smoke":
-        settings = dict(n_grpo_steps=48, rollout_batch_size=32, group_size=8, train_batch_size=32,
-                        gradient_accumulation_steps=2, epochs_per_rollout_batch=1, eval_every=24, n_eval_examples=128,
-                        checkpoint_every=24, learning_rate=5e-5)
+        settings = dict(dataset="math-synthetic", n_grpo_steps=200, rollout_batch_size=64, group_size=8,
+                        train_batch_size=64, gradient_accumulation_steps=2, epochs_per_rollout_batch=1, eval_every=50,
+                        checkpoint_every=50, learning_rate=2e-4)
     else:
         settings = dict(n_grpo_steps=50, eval_every=10, checkpoint_every=10)
     cfg = GRPOConfig.for_profile(name, name=f"async_{name}", loss_type="grpo_clip", **{**settings, **overrides})
-    schedules = {"sync": None, "one_behind": AsyncConfig(mode="one_behind", max_staleness=1),
-                 "replay": AsyncConfig(mode="replay", max_staleness=2, max_uses=1, buffer_batches=2)}
+    schedules: dict[str, AsyncConfig | None] = {"sync": None,
+                                                "one_behind": AsyncConfig(mode="one_behind", max_staleness=1)}
+    for lag in REPLAY_LAGS:
+        schedules[f"replay_lag{lag}"] = AsyncConfig(mode="replay", max_staleness=lag, max_uses=REPLAY_MAX_USES,
+                                                    buffer_batches=max(2, lag))
     return cfg, schedules
 
 
@@ -103,6 +113,16 @@ def step_times(result: RunResult) -> list[dict]:
     return rows
 
 
+def uses_per_group(result: RunResult) -> float:
+    """Mean number of times each trained rollout group was trained on: 1.0 when every rollout is used once
+    (sync, one-behind), up to `max_uses` for replay (from the run's replay.json)."""
+    replay_file = result.run_dir / REPLAY_FILE
+    if not replay_file.is_file():
+        return 1.0
+    uses = read_json(replay_file)["uses"]  # one (group uid, its version, learner version) per use
+    return len(uses) / max(1, len({uid for uid, _, _ in uses}))
+
+
 def schedule_table(results: Mapping[str, RunResult]) -> list[dict]:
     """One row per schedule: steps per minute, mean seconds per step by component and idle time of
     each side, validation answer reward at the start and the end, and training stability signals."""
@@ -121,6 +141,7 @@ def schedule_table(results: Mapping[str, RunResult]) -> list[dict]:
             "eval_start": evals[0]["eval/answer_reward"], "eval_end": evals[-1]["eval/answer_reward"],
             "n_eval": evals[-1]["eval/n"], "grpo_steps": result.grpo_steps,
             "mean_staleness": float(np.mean([r.get("async/staleness", 0) for r in rows])),
+            "uses_per_group": uses_per_group(result),
             "grad_norm_mean": float(np.mean([r["train/grad_norm"] for r in rows])),
             "grad_norm_max": float(np.max([r["train/grad_norm"] for r in rows])),
             "clip_fraction_mean": float(np.mean([r.get("train/clip_fraction", 0.0) for r in rows])),
@@ -146,6 +167,11 @@ def schedule_reading(table: list[dict]) -> str:
         lines.append(f"**Which component dominates?** In the synchronous loop {dominant} takes {share:.0%} of a "
                      f"step ({sync['generation_s']:.2f} s generating and scoring, {sync['training_s']:.2f} s "
                      f"training, {sync['weight_sync_s']:.3f} s weight sync per step).")
+        band = noise_band(sync["eval_start"], sync["eval_end"], sync["n_eval"])
+        gain = sync["eval_end"] - sync["eval_start"]
+        lines.append(f"**Does the synchronous loop learn here?** Validation answer reward {sync['eval_start']:.1%} -> "
+                     f"{sync['eval_end']:.1%} ({100 * gain:+.1f} points over {sync['grpo_steps']} GRPO steps; "
+                     + ("beyond" if abs(gain) > band else "within") + f" the noise band of +-{100 * band:.1f} points).")
     for row in table:
         if row["schedule"] == "sync" or sync is None:
             continue
@@ -155,7 +181,8 @@ def schedule_reading(table: list[dict]) -> str:
         lines.append(
             f"**{row['schedule']}**: {row['steps_per_minute'] / sync['steps_per_minute']:.2f}x the synchronous "
             f"loop's GRPO steps per minute ({row['steps_per_minute']:.1f} vs {sync['steps_per_minute']:.1f}); "
-            f"mean staleness {row['mean_staleness']:.2f} policy versions; final validation answer reward "
+            f"mean staleness {row['mean_staleness']:.2f} policy versions, each rollout group trained on "
+            f"{row['uses_per_group']:.2f} times on average; final validation answer reward "
             f"{row['eval_end']:.1%} vs {sync['eval_end']:.1%} ({100 * diff:+.1f} points, {verdict} the noise band "
             f"of +-{100 * band:.1f} points). Gradient norm mean {row['grad_norm_mean']:.3f} (max "
             f"{row['grad_norm_max']:.3f}) vs {sync['grad_norm_mean']:.3f} ({sync['grad_norm_max']:.3f}); "
@@ -163,11 +190,28 @@ def schedule_reading(table: list[dict]) -> str:
     if sync is not None and len(table) > 1:
         stable = all(abs(r["eval_end"] - sync["eval_end"]) <= noise_band(sync["eval_end"], r["eval_end"], r["n_eval"])
                      and r["skipped_steps"] == 0 for r in table)
-        lines.append("**How does off-policyness affect stability?** " + (
-            "At this staleness the clipped ratio absorbs it: no skipped step, and validation stays within noise of "
-            "the synchronous run." if stable else
-            "Here it shows: a validation difference beyond noise or skipped steps (see the rows above)."))
         asyncs = [r for r in table if r["schedule"] != "sync"]
+        by_staleness = sorted(table, key=lambda r: r["mean_staleness"])
+        trend = "; ".join(f"{r['schedule']} {r['mean_staleness']:.2f} versions: validation {r['eval_end']:.1%}, "
+                          f"clip fraction {r['clip_fraction_mean']:.3f}, gradient norm max {r['grad_norm_max']:.2f}"
+                          for r in by_staleness)
+        lines.append("**How does off-policyness affect stability?** By mean staleness: " + trend + ". " + (
+            "At these staleness bounds the clipped ratio absorbs it: no skipped step, and every schedule's validation "
+            "stays within noise of the synchronous run." if stable else
+            "Here it shows: a validation difference beyond noise or skipped steps (see the rows above)."))
+        one = by_name.get("one_behind")
+        if one is not None:
+            # Overlap hides at most the shorter half; each half runs on one core in the actors, on both in sync.
+            ceiling = sync["step_s"] / max(one["generation_s"], one["training_s"])
+            lines.append(
+                f"**What limits one-behind's speed-up?** Overlap can at most hide the shorter half of a step: on one "
+                f"core each, generating and scoring took {one['generation_s']:.2f} s and training "
+                f"{one['training_s']:.2f} s per step, against {sync['generation_s']:.2f} s and "
+                f"{sync['training_s']:.2f} s on both cores in the synchronous loop, so a perfect overlap would "
+                f"reach {ceiling:.2f}x here (measured {one['steps_per_minute'] / sync['steps_per_minute']:.2f}x; the "
+                f"rest is the actors waiting on each other and Ray's hand-offs). Reusing rollouts (replay, "
+                f"max_uses > 1) cuts the generation per step instead: more steps per minute, fewer fresh rollouts "
+                f"per step.")
         idle_gen = float(np.mean([r["generator_idle_s"] for r in asyncs]))
         idle_learn = float(np.mean([r["learner_idle_s"] for r in asyncs]))
         waiting = "generator" if idle_gen > idle_learn else "learner"

@@ -22,6 +22,7 @@ from tests.grpo.test_loop import policy_weights, tiny_cfg
 ray = pytest.importorskip("ray")  # a dependency of the project: missing only in a broken install
 
 from hw3lib.grpo.async_loop import AsyncConfig, AsyncRunError, train_async  # noqa: E402
+from hw3lib.grpo.async_report import schedule_comparison, uses_per_group  # noqa: E402
 from hw3lib.grpo.replay import Group, ReplayBuffer, merge_groups, split_groups  # noqa: E402
 from hw3lib.grpo.loop import RolloutBatch  # noqa: E402
 
@@ -206,7 +207,31 @@ def test_replay_respects_staleness_and_uses(shared_ray):
         assert 0 <= at - version <= 2
         per_group[uid] = per_group.get(uid, 0) + 1
     assert max(per_group.values()) <= 2
+    # The report's reuse figure counts the same uses: each group trained on more than once on average here.
+    assert uses_per_group(result) == pytest.approx(len(summary["uses"]) / len(per_group))
+    assert uses_per_group(result) > 1
     assert summary["added"] == summary["retired"] + summary["expired"] + summary["left_in_buffer"]
     assert summary["expired"] == 0  # these settings leave time to use every group
     assert all(r["async/staleness"] <= 2 for r in result.train_rows)
     assert all(math.isfinite(r["train/loss"]) for r in result.train_rows)
+
+
+def test_the_notebooks_comparison_reuses_rollouts_at_three_lags_where_sync_learns(monkeypatch):
+    """Notebook 04's schedules (the course's async problem): besides sync and one-behind, replay reuses each
+    group (max_uses > 1) at three different staleness bounds; the smoke config is the MATH task at 64 rollouts
+    and lr 2e-4 (where the synchronous loop learns, measured in schedule_comparison's docstring), under either
+    course, and every schedule's bound is one its ratio loss corrects."""
+    for course in ("gsm8k-qwen3", "math-qwen2.5"):
+        monkeypatch.setenv("HW3_COURSE", course)
+        cfg, schedules = schedule_comparison("smoke")
+        assert (cfg.dataset, cfg.rollout_batch_size, cfg.learning_rate, cfg.loss_type) == (
+            "math-synthetic", 64, 2e-4, "grpo_clip")
+        assert (cfg.n_grpo_steps, cfg.n_eval_examples, cfg.eval_temperature) == (200, 512, 1.0)
+        assert cfg.train_batch_size == cfg.rollout_batch_size and cfg.epochs_per_rollout_batch == 1
+        assert schedules["sync"] is None and schedules["one_behind"].max_staleness == 1
+        replays = [a for a in schedules.values() if a is not None and a.mode == "replay"]
+        assert len({a.max_staleness for a in replays}) >= 3 and all(a.max_uses > 1 for a in replays)
+        for acfg in schedules.values():
+            if acfg is not None:
+                acfg.check(cfg)
+    assert schedule_comparison("smoke", n_grpo_steps=3)[0].n_grpo_steps == 3  # overrides win
