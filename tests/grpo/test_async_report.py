@@ -1,0 +1,49 @@
+"""The async comparison's reading (hw3lib.grpo.async_report): hand-worked numbers in, the sentences that answer
+the course's questions out. The schedules themselves run in tests/grpo/test_async_loop.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hw3lib.grpo.async_report import noise_band, schedule_reading
+
+
+def _row(schedule: str, **values) -> dict:
+    row = {"schedule": schedule, "steps_per_minute": 60.0, "step_s": 1.0, "generation_s": 0.5, "training_s": 0.5,
+           "weight_sync_s": 0.0, "generator_idle_s": 0.0, "learner_idle_s": 0.0, "eval_start": 0.4, "eval_end": 0.5,
+           "n_eval": 512, "grpo_steps": 200, "mean_staleness": 0.0, "uses_per_group": 1.0, "grad_norm_mean": 0.5,
+           "grad_norm_max": 1.0, "clip_fraction_mean": 0.0, "skipped_steps": 0}
+    return {**row, **values}
+
+
+def test_noise_band_is_two_standard_errors_of_the_difference():
+    # p = 0.5 on 100 questions each: variance of the difference 2 * 0.25 / 100 = 0.005, 2 * sqrt(0.005) = 0.1414.
+    assert noise_band(0.5, 0.5, 100) == pytest.approx(2 * math.sqrt(0.005)) == pytest.approx(0.14142, abs=1e-5)
+    assert noise_band(0.0, 1.0, 50) == 0.0
+
+
+def test_reading_states_syncs_gain_the_speed_up_and_one_behinds_ceiling():
+    table = [
+        # sync: 0.7 s generating + 0.5 s training on both cores = 1.2 s per step (50 steps/min).
+        _row("sync", steps_per_minute=50.0, step_s=1.2, generation_s=0.7, training_s=0.5, eval_start=0.43,
+             eval_end=0.545),
+        # one-behind: 0.9 s generating, 0.8 s training on one core each; overlap could reach 1.2 / 0.9 = 1.33x.
+        _row("one_behind", steps_per_minute=62.5, step_s=0.96, generation_s=0.9, training_s=0.8, eval_end=0.555,
+             mean_staleness=1.0, generator_idle_s=0.06, learner_idle_s=0.16),
+        _row("replay_lag2", steps_per_minute=70.0, step_s=0.86, generation_s=0.45, training_s=0.8, eval_end=0.457,
+             mean_staleness=1.4, uses_per_group=2.0, generator_idle_s=0.41, learner_idle_s=0.06),
+    ]
+    text = schedule_reading(table)
+    # +11.5 points; the band 2 * sqrt((0.43 * 0.57 + 0.545 * 0.455) / 512) = 0.0621 -> beyond it.
+    assert "43.0% -> 54.5% (+11.5 points over 200 GRPO steps; beyond the noise band of +-6.2 points)" in text
+    assert "**one_behind**: 1.25x the synchronous loop's GRPO steps per minute (62.5 vs 50.0)" in text
+    assert "each rollout group trained on 2.00 times on average" in text
+    assert "a perfect overlap would reach 1.33x here (measured 1.25x" in text
+    # replay_lag2 ends 8.8 points below sync, outside its band: the stability answer says so.
+    assert "(-8.8 points, outside the noise band" in text
+    assert "Here it shows: a validation difference beyond noise" in text
+    # ordered by staleness: sync, one_behind, replay_lag2
+    assert text.index("sync 0.00 versions") < text.index("one_behind 1.00 versions") < text.index(
+        "replay_lag2 1.40 versions")
