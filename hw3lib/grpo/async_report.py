@@ -142,6 +142,7 @@ def schedule_table(results: Mapping[str, RunResult]) -> list[dict]:
             "n_eval": evals[-1]["eval/n"], "grpo_steps": result.grpo_steps,
             "mean_staleness": float(np.mean([r.get("async/staleness", 0) for r in rows])),
             "uses_per_group": uses_per_group(result),
+            "eval_curve": [[e["grpo_step"], e["eval/answer_reward"]] for e in evals],
             "grad_norm_mean": float(np.mean([r["train/grad_norm"] for r in rows])),
             "grad_norm_max": float(np.max([r["train/grad_norm"] for r in rows])),
             "clip_fraction_mean": float(np.mean([r.get("train/clip_fraction", 0.0) for r in rows])),
@@ -199,6 +200,10 @@ def schedule_reading(table: list[dict]) -> str:
             "At these staleness bounds the clipped ratio absorbs it: no skipped step, and every schedule's validation "
             "stays within noise of the synchronous run." if stable else
             "Here it shows: a validation difference beyond noise or skipped steps (see the rows above)."))
+        fresh = _per_fresh_rollout(sync, [r for r in asyncs if r["uses_per_group"] > 1.05])
+        if fresh:
+            lines.append("**Does reusing rollouts pay?** At the same number of fresh rollouts (the synchronous run's "
+                         "validation at the step where it had generated as many): " + fresh + ".")
         one = by_name.get("one_behind")
         if one is not None:
             # Overlap hides at most the shorter half; each half runs on one core in the actors, on both in sync.
@@ -223,6 +228,24 @@ def schedule_reading(table: list[dict]) -> str:
                 "give the generator more of the machine (more engines or cores), or let the learner reuse rollouts "
                 "(replay with max_uses > 1)."))
     return "\n\n".join(lines)
+
+
+def _per_fresh_rollout(sync: dict, reusing: list[dict]) -> str:
+    """Each reusing schedule's final validation against sync's at the step with as many fresh rollouts (its
+    steps / uses per group, rounded down to a validated step); '' when sync has no validation that early."""
+    parts = []
+    for row in reusing:
+        fresh_steps = row["grpo_steps"] / row["uses_per_group"]
+        earlier = [(step, reward) for step, reward in sync.get("eval_curve", []) if step <= fresh_steps]
+        if not earlier or earlier[-1][0] == 0:
+            continue
+        step, reward = earlier[-1]
+        band = noise_band(reward, row["eval_end"], row["n_eval"])
+        diff = row["eval_end"] - reward
+        parts.append(f"{row['schedule']} ({fresh_steps:.0f} steps' worth of fresh rollouts) {row['eval_end']:.1%} vs "
+                     f"sync at step {step} {reward:.1%} ({100 * diff:+.1f} points, "
+                     + ("within" if abs(diff) <= band else "outside") + f" +-{100 * band:.1f})")
+    return "; ".join(parts)
 
 
 def plot_schedule_times(results: Mapping[str, RunResult], stem: str):

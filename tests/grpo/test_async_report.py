@@ -28,7 +28,7 @@ def test_reading_states_syncs_gain_the_speed_up_and_one_behinds_ceiling():
     table = [
         # sync: 0.7 s generating + 0.5 s training on both cores = 1.2 s per step (50 steps/min).
         _row("sync", steps_per_minute=50.0, step_s=1.2, generation_s=0.7, training_s=0.5, eval_start=0.43,
-             eval_end=0.545),
+             eval_end=0.545, eval_curve=[[0, 0.43], [50, 0.416], [100, 0.438], [150, 0.529], [200, 0.545]]),
         # one-behind: 0.9 s generating, 0.8 s training on one core each; overlap could reach 1.2 / 0.9 = 1.33x.
         _row("one_behind", steps_per_minute=62.5, step_s=0.96, generation_s=0.9, training_s=0.8, eval_end=0.555,
              mean_staleness=1.0, generator_idle_s=0.06, learner_idle_s=0.16),
@@ -44,6 +44,10 @@ def test_reading_states_syncs_gain_the_speed_up_and_one_behinds_ceiling():
     # replay_lag2 ends 8.8 points below sync, outside its band: the stability answer says so.
     assert "(-8.8 points, outside the noise band" in text
     assert "Here it shows: a validation difference beyond noise" in text
+    # replay_lag2 used each group twice: 200 steps hold 100 steps' worth of fresh rollouts; sync at step 100 had
+    # 43.8%, so +1.9 points; band 2 * sqrt((0.438 * 0.562 + 0.457 * 0.543) / 512) = 0.0621.
+    assert ("replay_lag2 (100 steps' worth of fresh rollouts) 45.7% vs sync at step 100 43.8% (+1.9 points, within "
+            "+-6.2)") in text
     # ordered by staleness: sync, one_behind, replay_lag2
     assert text.index("sync 0.00 versions") < text.index("one_behind 1.00 versions") < text.index(
         "replay_lag2 1.40 versions")
