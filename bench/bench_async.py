@@ -25,7 +25,7 @@ cores well and overlap gains little. Each variant runs in its own subprocess. Va
 reward (the course's sampling settings, `--eval` held-out questions) before and after is printed with
 its binomial noise band (2 standard errors of the difference).
 
-    .venv/bin/python bench/bench_async.py                        # all three (about 15 minutes here)
+    .venv/bin/python bench/bench_async.py                        # all three (about 20 minutes here)
     .venv/bin/python bench/bench_async.py --steps 6 --eval 64    # a quick look
     .venv/bin/python bench/bench_async.py --course gsm8k-qwen3   # the arithmetic task
 Writes bench/results/bench_async_<course>.json.

@@ -266,7 +266,7 @@ def start_message(kind: str, cfg, run_dir: Path) -> None:
 
 
 def reuse_message(cfg, run_dir: Path) -> None:
-    print(f"{run_dir} has finished all {cfg.total_steps} {COUNTER_WORDS[cfg.COUNTER]}s with these settings; "
+    print(f"{shown_path(run_dir)} has finished all {cfg.total_steps} {COUNTER_WORDS[cfg.COUNTER]}s with these settings; "
           "reusing it", flush=True)
 
 

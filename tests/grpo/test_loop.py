@@ -177,7 +177,7 @@ def _initial_weights(cfg):
     return load_file(Path(initial_policy_source(cfg)) / "model.safetensors")
 
 
-def test_resume_of_a_finished_run_reuses_it_or_redoes_a_lost_final_validation(monkeypatch):
+def test_resume_of_a_finished_run_reuses_it_or_redoes_a_lost_final_validation(monkeypatch, capsys):
     import hw3lib.grpo.loop as train_module
     from hw3lib.core.io import atomic_write_jsonl, read_jsonl
 
@@ -190,6 +190,10 @@ def test_resume_of_a_finished_run_reuses_it_or_redoes_a_lost_final_validation(mo
     monkeypatch.setattr(models, "load_model_and_tokenizer", lambda *a, **k: loads.append(a) or original(*a, **k))
     again = train_module.train(cfg, resume=True)  # finished: read back, no model loaded
     assert loads == [] and again.metrics == done.metrics and again.grpo_steps == 1
+    # The reuse message names the folder as stored notebook outputs may show it: relative, never absolute.
+    printed = capsys.readouterr().out
+    assert "runs/finished has finished all 1 GRPO steps with these settings; reusing it" in printed
+    assert str(done.run_dir) not in printed
     # Ctrl-C during the final validation: the checkpoint of the last step, without the validation row.
     for metrics in (done.run_dir / "metrics.jsonl", done.checkpoint / "metrics.jsonl"):
         atomic_write_jsonl(metrics, read_jsonl(metrics)[:-1])
