@@ -43,7 +43,7 @@ def show_grid(result: GridResult) -> dict:
     report = report_grid(result)
     grid = result.grid
     display(Markdown(f"**{grid.name}** ({grid.profile} profile, `{grid.base.model}` on `{grid.base.dataset}`, "
-                     f"{grid.base.n_grpo_steps} GRPO steps per run): {grid.question}"))
+                     f"{grid.steps_per_run} GRPO steps per run): {grid.question}"))
     table = pd.DataFrame([{"config": row["label"], "status": row["status"], "start": row["start"], "end": row["end"],
                            "vs reference": row["diff"], "noise band (±)": row["band"],
                            "beyond noise": row["beyond_noise"], "minutes": row["wall_clock_s"] / 60}

@@ -886,7 +886,7 @@ def grid_summary(result: GridResult, earlier: dict[str, dict] | None = None) -> 
     return _finite({
         "grid": grid.name, "profile": grid.profile, "model": grid.base.model, "dataset": grid.base.dataset,
         "settings": config_settings(grid.base),
-        "question": grid.question, "reference": grid.reference, "n_grpo_steps": grid.base.n_grpo_steps,
+        "question": grid.question, "reference": grid.reference, "n_grpo_steps": grid.steps_per_run,
         "n_eval": facts.ref["n"],
         "rows": [{**row, "text": _row_text(row, grid.reference)} for row in rows],
         "reading": noise_reading(result, rows),

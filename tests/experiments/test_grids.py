@@ -25,7 +25,9 @@ CHOICES = {"top": [{"epochs_per_rollout_batch": 2, "train_batch_size": 64, "grad
            "settings": {"learning_rate": 1e-4, "use_std_normalization": False}}
 # The settings each grid is about: no config may change anything else.
 OFF_POLICY = {"epochs_per_rollout_batch", "train_batch_size", "gradient_accumulation_steps", "loss_type"}
-NAMED = {"learning_rate": {"learning_rate"}, "baselines": {"loss_type", "epochs_per_rollout_batch"},
+ON_POLICY = {"epochs_per_rollout_batch", "rollout_batch_size", "train_batch_size", "gradient_accumulation_steps",
+             "n_grpo_steps", "eval_every", "checkpoint_every"}  # baselines in smoke: small on-policy batches
+NAMED = {"learning_rate": {"learning_rate"}, "baselines": {"loss_type"} | ON_POLICY,
          "length_normalization": {"length_normalization"},
          "std_normalization": {"use_std_normalization"},
          "off_policy": OFF_POLICY, "off_policy_focused": OFF_POLICY, "clip_ablation": OFF_POLICY,
@@ -119,16 +121,24 @@ def test_dependent_grids_need_their_choices_and_seeds_repeat_configs():
     assert grid.groups == {"reinforce_with_baseline": ["reinforce_with_baseline", "reinforce_with_baseline_seed1"],
                            "no_baseline": ["no_baseline", "no_baseline_seed1"]}
     assert grid.configs["no_baseline_seed1"].seed == 1 and grid.changes["no_baseline_seed1"] == {
-        "epochs_per_rollout_batch": 1, "loss_type": "no_baseline", "seed": 1}
+        **grid.changes["no_baseline"], "seed": 1}
 
 
 @pytest.mark.parametrize("profile", ["smoke", "full"])
-def test_baselines_use_each_rollout_once_as_the_handout_does(profile):
+def test_baselines_run_on_policy_as_the_handout_does(profile):
     grid = build_grid("baselines", profile)
     for label, cfg in grid.configs.items():
-        assert cfg.loss_type == label and cfg.epochs_per_rollout_batch == 1  # no rollout reused without a ratio
-    if profile == "full":  # the course's on-policy schedule: one optimizer step per rollout batch
-        assert all(cfg.train_batch_size == cfg.rollout_batch_size for cfg in grid.configs.values())
+        # one optimizer step per rollout batch, each rollout used once: nothing stale without a ratio
+        assert cfg.loss_type == label and cfg.epochs_per_rollout_batch == 1
+        assert cfg.train_batch_size == cfg.rollout_batch_size
+        # the same rollouts in all as the base's runs; validation and checkpoints at the same share of the run
+        assert cfg.n_grpo_steps * cfg.rollout_batch_size == grid.base.n_grpo_steps * grid.base.rollout_batch_size
+        assert cfg.n_grpo_steps // cfg.eval_every == grid.base.n_grpo_steps // grid.base.eval_every
+    assert grid.steps_per_run == grid.configs["no_baseline"].n_grpo_steps
+    if profile == "smoke":  # the base takes four steps per 256 rollouts: the grid runs 64 per step, four times as many
+        assert (grid.configs["no_baseline"].rollout_batch_size, grid.steps_per_run) == (64, 4 * grid.base.n_grpo_steps)
+    else:  # the course's schedule already is on-policy: the base's sizes
+        assert grid.steps_per_run == grid.base.n_grpo_steps
 
 
 # ---- noise, by hand ----------------------------------------------------------------------------------
