@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -123,20 +122,21 @@ def main() -> None:
                   f"validation answer {r['eval_start']:.3f} -> {r['eval_end']:.3f}; time: "
                   + ", ".join(f"{k} {v:.0f}s" for k, v in r["time_parts_s"].items()), flush=True)
 
+    from hw3lib.grpo.async_report import noise_band, overlap_ceiling
+
     sync = results["sync"]
     for mode in MODES[1:]:
         r = results[mode]
         ratio = r["steps_per_minute"] / sync["steps_per_minute"]
         p1, p2, n = sync["eval_end"], r["eval_end"], r["n_eval"]
-        band = 2 * math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
+        band = noise_band(p1, p2, n)
         verdict = "within" if abs(p2 - p1) <= band else "outside"
         r.update(speedup_vs_sync=ratio, eval_end_difference=p2 - p1, noise_band=band)
         print(f"{mode}: {ratio:.2f}x the synchronous loop's steps per minute; final validation "
               f"{p2:.3f} vs {p1:.3f} (difference {p2 - p1:+.3f}, {verdict} the noise band +-{band:.3f})")
 
-    # Overlap hides at most the shorter half: one-behind's best is the sync step over its slower actor's busy time.
-    one = results["one_behind"]["time_parts_s"]
-    ceiling = sync["seconds"] / max(one["generation_s"], one["train_s"])
+    one = results["one_behind"]["time_parts_s"]  # totals over the run: the ratio is the same as per step
+    ceiling = overlap_ceiling(sync["seconds"], one["generation_s"], one["train_s"])
     results["one_behind"]["overlap_ceiling_vs_sync"] = ceiling
     print(f"one_behind's ceiling here: {ceiling:.2f}x (sync's step time over the slower actor's busy time: "
           f"generation {one['generation_s']:.0f} s, training {one['train_s']:.0f} s on one core each)")

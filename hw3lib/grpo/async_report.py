@@ -157,6 +157,12 @@ def noise_band(p1: float, p2: float, n: int) -> float:
     return 2 * math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
 
 
+def overlap_ceiling(sync_step_s: float, generation_s: float, training_s: float) -> float:
+    """One-behind's best speed-up over sync: overlap hides at most the shorter half of a step, so a step can
+    take no less than the slower actor's busy time (each actor has one core; sync's halves use both)."""
+    return sync_step_s / max(generation_s, training_s)
+
+
 def schedule_reading(table: list[dict]) -> str:
     """The course's questions about asynchronous GRPO, answered in words from `schedule_table`'s numbers."""
     by_name = {row["schedule"]: row for row in table}
@@ -206,8 +212,7 @@ def schedule_reading(table: list[dict]) -> str:
                          "validation at the step where it had generated as many): " + fresh + ".")
         one = by_name.get("one_behind")
         if one is not None:
-            # Overlap hides at most the shorter half; each half runs on one core in the actors, on both in sync.
-            ceiling = sync["step_s"] / max(one["generation_s"], one["training_s"])
+            ceiling = overlap_ceiling(sync["step_s"], one["generation_s"], one["training_s"])
             lines.append(
                 f"**What limits one-behind's speed-up?** Overlap can at most hide the shorter half of a step: on one "
                 f"core each, generating and scoring took {one['generation_s']:.2f} s and training "
@@ -248,11 +253,12 @@ def _per_fresh_rollout(sync: dict, reusing: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def plot_schedule_times(results: Mapping[str, RunResult], stem: str):
-    """Stacked bars: mean seconds per GRPO step of each side (generator, learner) per schedule."""
+def plot_schedule_times(results: Mapping[str, RunResult], stem: str, table: list[dict] | None = None):
+    """Stacked bars: mean seconds per GRPO step of each side (generator, learner) per schedule; pass the
+    `schedule_table(results)` you already have as `table` to skip reading the runs again."""
     import matplotlib.pyplot as plt
 
-    table = schedule_table(results)
+    table = schedule_table(results) if table is None else table
     fig, ax = plt.subplots(figsize=(8, 3.8))
     labels, x = [], 0
     colors = {"generation": "tab:blue", "training": "tab:orange", "weight sync": "tab:green", "idle": "lightgrey"}

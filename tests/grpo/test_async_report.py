@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from hw3lib.grpo.async_report import noise_band, schedule_reading
+from hw3lib.grpo.async_report import noise_band, overlap_ceiling, schedule_reading
 
 
 def _row(schedule: str, **values) -> dict:
@@ -22,6 +22,15 @@ def test_noise_band_is_two_standard_errors_of_the_difference():
     # p = 0.5 on 100 questions each: variance of the difference 2 * 0.25 / 100 = 0.005, 2 * sqrt(0.005) = 0.1414.
     assert noise_band(0.5, 0.5, 100) == pytest.approx(2 * math.sqrt(0.005)) == pytest.approx(0.14142, abs=1e-5)
     assert noise_band(0.0, 1.0, 50) == 0.0
+
+
+def test_overlap_ceiling_is_syncs_step_over_the_slower_actor():
+    # sync 1.2 s per step; actors busy 0.9 s (generator) and 0.8 s (learner): the step cannot beat 0.9 s -> 1.33x.
+    assert overlap_ceiling(1.2, 0.9, 0.8) == pytest.approx(1.2 / 0.9) == pytest.approx(1.3333, abs=1e-4)
+    # the bench passes run totals: the same ratio (200 steps of each).
+    assert overlap_ceiling(240.0, 160.0, 180.0) == pytest.approx(1.2 / 0.9)
+    # an actor slower than the whole synchronous step: overlap is a slow-down.
+    assert overlap_ceiling(1.0, 0.4, 1.25) == pytest.approx(0.8)
 
 
 def test_reading_states_syncs_gain_the_speed_up_and_one_behinds_ceiling():
