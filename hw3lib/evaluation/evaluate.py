@@ -179,7 +179,9 @@ def zero_shot_result(summary: dict, profile: str) -> dict:
         "mean_response_tokens", "truncation_rate")}}
     result.update({f"count_{key}": summary["counts"][key] for key, _ in CATEGORIES})
     result.update({key: summary["sampling"][key] for key in ("temperature", "top_p", "max_tokens", "seed")})
-    result["dataset"] = summary.get("dataset", "unknown")
+    # The questions in words (notebook 01 stores e.g. "generated MATH-format test" as `task`): the MATH course's
+    # smoke profile evaluates generated problems, not MATH, though its `dataset` is the course's `math`.
+    result["dataset"] = summary.get("task") or summary.get("dataset", "unknown")
     result["settings"] = settings_of(profile, summary["model"], result["dataset"], summary["num_examples"],
                                      result["temperature"], result["top_p"], result["max_tokens"])
     return result

@@ -93,6 +93,11 @@ def test_zero_shot_result_numbers():
     z = zero_shot_result(result, "smoke")
     assert (z["accuracy"], z["format_rate"], z["truncation_rate"], z["mean_response_tokens"]) == (0.5, 0.5, 0.5, 20.0)
     assert (z["count_correct"], z["count_unformatted"], z["count_wrong_answer"], z["max_tokens"]) == (1, 1, 0, 32)
+    # the questions are named by the run's `task` when notebook 01 stored one, else by its dataset
+    assert zero_shot_result({**result, "dataset": "math"}, "smoke")["dataset"] == "math"
+    named = zero_shot_result({**result, "dataset": "math", "task": "generated MATH-format test"}, "smoke")
+    assert named["dataset"] == "generated MATH-format test"
+    assert "data `generated MATH-format test` (1 examples)" in named["settings"]["text"]
 
 
 def test_settings_state_course_profile_model_data_and_sampling(monkeypatch):
