@@ -21,6 +21,9 @@ from pathlib import Path
 from hw3lib.core.course import SMOKE_MATH_DATASET, Course
 from hw3lib.core.io import runs_dir
 from hw3lib.core.profile import Profile
+from hw3lib.grpo.config import GRPOConfig
+from hw3lib.models import load
+from hw3lib.tasks.data import course_questions, load_task
 
 SMOKE_TASK_WORDS = {"arithmetic": "arithmetic (operands 0-4)",
                     SMOKE_MATH_DATASET: "generated MATH-format (boxed answers)"}
@@ -48,18 +51,12 @@ class BestOfNSetup:
 def best_of_n_setup(prof: Profile, crs: Course) -> BestOfNSetup:
     """Notebook 02's setup for profile `prof` and course `crs` (see the module docstring)."""
     if prof.name == "smoke":
-        from hw3lib.grpo.config import GRPOConfig
-        from hw3lib.models.load import initial_policy_source
-        from hw3lib.tasks.data import load_task
-
         cfg = GRPOConfig.for_profile("smoke", course=crs.name, n_eval_examples=prof.best_of_n_examples)
         run_dir = runs_dir() / f"best_of_n_smoke_{cfg.dataset}"
-        return BestOfNSetup(task=SMOKE_TASK_WORDS.get(cfg.dataset, cfg.dataset), model=initial_policy_source(cfg),
+        return BestOfNSetup(task=SMOKE_TASK_WORDS.get(cfg.dataset, cfg.dataset), model=load.initial_policy_source(cfg),
                             model_label="tiny + SFT warm start", examples=load_task(cfg)[1], run_dir=run_dir,
                             zero_shot_dir=run_dir.with_name(run_dir.name + "_n1"),
                             max_tokens=max(prof.eval_max_tokens, cfg.sampling_max_tokens))
-    from hw3lib.tasks.data import course_questions
-
     model = crs.model_for(prof)
     examples, task = course_questions(crs, prof.name, "test", limit=prof.best_of_n_examples)
     return BestOfNSetup(task=task, model=model, model_label=model, examples=examples,

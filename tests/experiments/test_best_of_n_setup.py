@@ -1,4 +1,4 @@
-"""Notebook 02's setup per course (hw3lib.evaluation.best_of_n_setup): in smoke each course samples its own GRPO
+"""Notebook 02's setup per course (hw3lib.experiments.best_of_n_setup): in smoke each course samples its own GRPO
 smoke task with at least that task's token budget, into its own runs; in full the course's questions and model."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import hw3lib.models.load as load
 from hw3lib.core.course import get_course
 from hw3lib.core.profile import get_profile
-from hw3lib.evaluation.best_of_n_setup import best_of_n_setup
+from hw3lib.experiments.best_of_n_setup import best_of_n_setup
 
 
 @pytest.fixture
