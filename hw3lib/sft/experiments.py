@@ -219,6 +219,7 @@ def sft_ei_reading(sft_results: dict[str, RunResult], ei_results: dict[str, RunR
         "arithmetic_max_operand": sft_base.arithmetic_max_operand,
         "ei_model": next(iter(ei_results.values())).config.model if ei_results else None,
         "sft_steps": sft_base.n_sft_steps, "sft_batch_size": sft_base.train_batch_size, "n_eval": n_eval,
+        "validation": validation_label(sft_base),
         "trace_noise": sft_base.trace_noise, "noise_band": band, "pool_size": all_row["unique_examples"],
         "filtered_size": filtered["unique_examples"], "sft_rows": sft_rows, "ei_rows": ei_rows,
         "sft_reading": sft_reading, "section_seconds": section_seconds, "thresholds": thresholds,

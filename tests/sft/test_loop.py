@@ -229,6 +229,13 @@ def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
     assert "20.0% -> 50.0% (+30.0 points, beyond its 16.9-point band)" in ei_text
     assert summary["noise_band"] == pytest.approx(0.1) and summary["pool_size"] == 4096
     assert summary["filtered_size"] == 3000 and summary["section_seconds"] == 12.0 and "grpo_run" not in summary
+    # the writeup says how the runs were validated: greedy on the GSM8K course's arithmetic smoke task, sampled as the
+    # handout does on the MATH course's (the SFT section used to say "greedy" for both)
+    assert summary["validation"] == "greedy, 32 tokens"
+    from hw3lib.evaluation.validate import validation_label
+
+    math_sft = SFTConfig.for_profile("smoke", course="math-qwen2.5")
+    assert validation_label(math_sft) == "sampled at T=1, top-p 1.0, 96 tokens"
     # EI vs SFT on all traces: 32% vs 60% (-28 points; band at p = 0.46 is 2 * sqrt(2 * 0.46 * 0.54 / 200) = 10.0).
     assert ("Against SFT: the best EI run (G8) ended at 32.0%, below SFT on all 4096 teacher traces (60.0%; "
             "-28.0 points, band 10.0), learning only from 128 rollouts") in ei_text
