@@ -540,6 +540,11 @@ def run_sweep(name: str, profile: str | None = None, steps: int | None = None, s
     return run_grid(build_grid(name, profile, steps, seeds, choices), check)
 
 
+# Grids whose winner gives later grids only its loss: clip_ablation runs at the off-policy setting, baselines on the
+# handout's one-epoch schedule -- settings of the comparison, not of the choice.
+LOSS_ONLY_GRIDS = ("clip_ablation", "baselines")
+
+
 def choices_from(result: GridResult) -> dict:
     """What later grids take from a finished one.
 
@@ -552,7 +557,7 @@ def choices_from(result: GridResult) -> dict:
     ranked = sorted((r for r in rows if r["status"] != "diverged"), key=lambda r: -r["end"])
     winner = next((r["label"] for r in ranked if r["beyond_noise"] and r["diff"] > 0), grid.reference)
     settings = dict(grid.changes[winner])
-    if grid.name in ("clip_ablation", "baselines"):  # the loss, not the one-epoch schedule baselines compares it on
+    if grid.name in LOSS_ONLY_GRIDS:
         settings = {"loss_type": result.results[winner].config.loss_type}
     choices = {"settings": settings, "reference_won": winner == grid.reference}
     off_policy = [grid.changes[r["label"]] for r in ranked if r["label"] != grid.reference]  # reference: on-policy

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from hw3lib.core import io as core_io  # figures_dir looked up at call time (tests point it elsewhere)
 from hw3lib.core.writeup_keys import config_settings, write_result
-from hw3lib.experiments.grids import (GRIDS, GridResult, binomial_band, compare, difference_band, noise_reading,
+from hw3lib.experiments.grids import (GRIDS, LOSS_ONLY_GRIDS, GridResult, binomial_band, compare, difference_band, noise_reading,
                                       seed_band)
 from hw3lib.experiments.plots import per_grpo_step
 from hw3lib.core.lifecycle import RunResult
@@ -365,14 +365,14 @@ def _ends(row: dict) -> str:
 def summary_choice(summary: dict) -> dict:
     """What `hw3lib.experiments.grids.choices_from` picks, read from a grid's summary (`grid_summary`): the
     best-ending config that did not diverge if it beats the reference beyond noise, else the reference;
-    its changes are the settings it contributes (clip_ablation: only its loss type)."""
+    its changes are the settings it contributes (`LOSS_ONLY_GRIDS`: only its loss type)."""
     rows, reference = summary["rows"], summary["reference"]
     ref = next(row for row in rows if row["label"] == reference)
     ranked = sorted((row for row in rows if row["status"] != "diverged"), key=lambda row: -row["end"])
     winner = next((row for row in ranked if row["beyond_noise"] and row["diff"] > 0), ref)
     config = summary["configs"][winner["label"]]
     settings = dict(config["changes"])
-    if summary["grid"] == "clip_ablation":
+    if summary["grid"] in LOSS_ONLY_GRIDS:
         settings = {"loss_type": config.get("loss_type", winner["label"])}
     return {"winner": winner, "reference_won": winner is ref, "settings": settings,
             "best_other": next((row for row in ranked if row["label"] != reference), None)}

@@ -414,8 +414,11 @@ def _two(name: str, ref: str, other: str, change: dict, ends: tuple[float, float
 
 
 def test_leaderboard_selection_says_which_later_choice_overrides_a_beyond_noise_winner():
+    # baselines runs on the handout's one-epoch schedule: those settings are the comparison's, not the choice's
+    on_policy = {"rollout_batch_size": 64, "n_grpo_steps": 200}
     baselines, baselines_summary = _two("baselines", "reinforce_with_baseline", "no_baseline",
-                                        {"loss_type": "no_baseline"}, (0.3, 0.675))
+                                        {**on_policy, "loss_type": "no_baseline"}, (0.3, 0.675),
+                                        ref_change={**on_policy, "loss_type": "reinforce_with_baseline"})
     clip, clip_summary = _two("clip_ablation", "grpo_clip", "grpo_no_clip", {"loss_type": "grpo_no_clip"}, (0.5, 0.45))
     for result, summary in ((baselines, baselines_summary), (clip, clip_summary)):  # the same pick as run_sweep's
         assert summary_choice(summary)["settings"] == choices_from(result)["settings"]
