@@ -220,6 +220,23 @@ def test_greedy_matches_unpadded_generate_and_ends_correctly(engine, prompts, fr
     assert {s.finish_reason for s in free_greedy} == {"eos", "length"}  # the lively model really ends some samples
 
 
+# The shape of Qwen3's thinking-mode chat template (roles in <|im_start|> blocks, the assistant turn opening <think>).
+CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+                 "{% endfor %}<|im_start|>assistant\n<think>\n")
+
+
+def test_prompts_reach_the_model_as_raw_text_even_when_the_tokenizer_has_a_chat_template(engine, prompts,
+                                                                                         monkeypatch):
+    """The R1-Zero prompt is a plain completion prompt (README, notebook 01): a chat template on the tokenizer,
+    as Qwen3 ships one, is not applied, so each prompt's greedy tokens stay those of its raw text."""
+    monkeypatch.setattr(engine.tokenizer, "chat_template", CHAT_TEMPLATE)
+    templated = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompts[0]}], tokenize=False)
+    assert templated.startswith("<|im_start|>user\n") and templated != prompts[0]  # the template would change the text
+    raw = [reference_greedy(engine.model, engine.tokenizer, prompt, 48) for prompt in prompts[:2]]
+    assert reference_greedy(engine.model, engine.tokenizer, templated, 48) != raw[0]  # the tokens tell the routes apart
+    assert [group[0].token_ids for group in engine.generate(prompts[:2], FREE_GREEDY)] == raw
+
+
 def test_recorded_logprobs_equal_the_output_logits_route(engine, prompts):
     """The recorder's log-probs == log_softmax of `generate(output_logits=True)`'s raw logits at the chosen
     tokens, EOS banned (greedy: no temperature; min_tokens=16 bans EOS at every one of the 16 steps)."""
