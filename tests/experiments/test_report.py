@@ -352,8 +352,16 @@ def test_stability_finds_a_gradient_norm_spike_and_a_reward_drop_and_kl_drift_ca
     assert summary["answers"][2] == (
         "Instability in `kl`: the gradient norm spiked to 10 at GRPO step 4 (10.0x the median); the training reward "
         "dropped 0.5 -> 0.1 at GRPO step 4, beyond noise (band ±7.3 points); KL k3 spiked: +0.47 to GRPO step 4 "
-        "(47.0x the median one-step change). Checked and clear: no optimizer step skipped for a non-finite loss or "
-        "gradient norm; no divergence.")
+        "(47.0x the median one-step change) -- at that step k1 was 0.01 against k3 0.5: on tokens sampled from the "
+        "policy both estimate the same KL, so a k3 this far above k1 comes from a few tokens the policy now finds far "
+        "less likely than the reference did (k3 grows with the exponential of their log-ratio), not from a jump of "
+        "the KL itself. Checked and clear: no optimizer step skipped for a non-finite loss or gradient norm; no "
+        "divergence.")
+    # The same spike with k1 rising alongside k3 (the estimators agree: 0.5 vs 0.5): the KL itself jumped.
+    agreeing = {**SPIKY, "train/kl_k1": SPIKY["train/kl_k3"]}
+    answer = grid_summary(_result(grid, {"kl": {"evals": [(0, 1.0, 0.3), (6, 40.0, 0.4)],
+                                                "per_step": agreeing}}))["answers"][2]
+    assert "(47.0x the median one-step change). Checked and clear:" in answer and "k1 was" not in answer
     calm_steps = {**SPIKY, "train/grad_norm": [1.0] * 6, "train/reward": [0.5] * 6,
                   "train/kl_k3": [0.01 * k for k in range(6)]}
     calm = grid_summary(_result(grid, {"kl": {"evals": [(0, 1.0, 0.3), (6, 40.0, 0.4)], "per_step": calm_steps}}))
