@@ -37,8 +37,8 @@ from collections.abc import Callable
 
 from hw3lib.core import io as core_io  # figures_dir looked up at call time (tests point it elsewhere)
 from hw3lib.core.writeup_keys import config_settings, write_result
-from hw3lib.experiments.grids import (GRIDS, LOSS_ONLY_GRIDS, GridResult, binomial_band, compare, difference_band, noise_reading,
-                                      seed_band)
+from hw3lib.experiments.grids import (GRIDS, LOSS_ONLY_GRIDS, GridResult, binomial_band, compare, difference_band,
+                                      noise_reading, seed_band)
 from hw3lib.experiments.plots import per_grpo_step
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.grpo.results import time_breakdown
