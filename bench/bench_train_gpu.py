@@ -13,11 +13,14 @@ Reported per microbatch size: seconds per optimizer step (median of `--repeats` 
 warm-up), tokens/s (all tokens the model processes, prompt + response; response tokens/s too),
 model FLOPs utilisation MFU = 6 * n_params * tokens / time / peak, where n_params counts the
 tied embedding once (it is the lm_head matmul) and attention's T^2 FLOPs are left out, so MFU
-is slightly understated; peak is the GPU's dense bf16 tensor-core peak (H100 SXM / H200: 989
-TFLOP/s, H100 PCIe: 756, A100: 312; override with --peak-tflops), and peak memory
-(`torch.cuda.max_memory_allocated`).
+is slightly understated; two peaks: the bf16 matrix-product rate measured on this GPU first
+(an 8192 x 8192 x 8192 product, the mean of 10 after 3 warm-ups: `mfu`) and the datasheet's
+dense bf16 tensor-core peak (H100 SXM / H200: 989 TFLOP/s, H100 PCIe: 756, A100: 312; override
+with --peak-tflops: `mfu_datasheet`), and peak memory (`torch.cuda.max_memory_allocated`).
+The results (device, versions, command, rows) go to `--out` (on a GPU by default
+bench/results/bench_train_gpu.json).
 
-    .venv/bin/python bench/bench_train_gpu.py                 # on a GPU machine
+    python3 bench/bench_train_gpu.py                          # on a GPU machine
     .venv/bin/python bench/bench_train_gpu.py --small         # tiny sizes on CPU (a correctness run)
 """
 
@@ -50,6 +53,22 @@ def peak_tflops(device: torch.device, override: float | None) -> tuple[float | N
         if key in name:
             return value, f"{name}: dense bf16 datasheet peak"
     return None, f"{name}: unknown peak (pass --peak-tflops)"
+
+
+def measured_bf16_peak(device: torch.device, size: int = 8192, repeats: int = 10) -> float | None:
+    """This GPU's bf16 matrix-product rate (TFLOP/s): the mean of `repeats` products of two random
+    `size` x `size` matrices after 3 warm-ups. None on a CPU."""
+    if device.type != "cuda":
+        return None
+    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    torch.cuda.synchronize(device)
+    return 2 * size**3 * repeats / (time.perf_counter() - started) / 1e12
 
 
 def build_model(small: bool, device: torch.device, dtype: torch.dtype):
@@ -94,7 +113,7 @@ def train_step(model, optimizer, batch: dict, micro: int, dtype: str) -> float:
     return stats["entropy"]
 
 
-def measure(args, micro: int, device: torch.device, dtype: str) -> dict:
+def measure(args, micro: int, device: torch.device, dtype: str, measured_peak: float | None) -> dict:
     model = build_model(args.small, device, torch.float32)  # float32 masters; `dtype` is autocast's
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
     batch = make_batch(args.sequences, args.prompt_tokens, args.response_tokens, model.config.vocab_size, device)
@@ -119,7 +138,9 @@ def measure(args, micro: int, device: torch.device, dtype: str) -> dict:
         "seconds_per_step": seconds, "tokens_per_s": tokens / seconds,
         "response_tokens_per_s": args.sequences * args.response_tokens / seconds,
         "model_tflops_per_s": flops / seconds / 1e12,
-        "mfu": None if peak is None else flops / seconds / (peak * 1e12), "peak_tflops": peak, "peak_source": peak_source,
+        "mfu": None if measured_peak is None else flops / seconds / (measured_peak * 1e12),
+        "mfu_datasheet": None if peak is None else flops / seconds / (peak * 1e12), "peak_tflops": peak,
+        "peak_source": peak_source, "measured_peak_tflops": measured_peak,
         "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "n_params": n_params, "finite_entropy": bool(entropy == entropy),
     }
@@ -134,7 +155,9 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=None, help="prompt tokens per sequence (default 128)")
     parser.add_argument("--response-tokens", type=int, default=None, help="response tokens per sequence (default 1024)")
     parser.add_argument("--repeats", type=int, default=2, help="timed steps after the warm-up")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="peak bf16 TFLOP/s for MFU")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="datasheet bf16 TFLOP/s for mfu_datasheet")
+    parser.add_argument("--out", default=None,
+                        help="JSON results (default on a GPU: bench/results/bench_train_gpu.json; with --small: none)")
     args = parser.parse_args()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu" and not args.small:
@@ -150,11 +173,16 @@ def main() -> None:
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"dtype {dtype}, {args.sequences} sequences x ({args.prompt_tokens} prompt + {args.response_tokens} "
           f"response) tokens, {'small' if args.small else 'Qwen3-0.6B'}-shaped model")
+    measured_peak = measured_bf16_peak(device)
+    if measured_peak is not None:
+        print(f"measured bf16 matrix-product peak: {measured_peak:.0f} TFLOP/s", flush=True)
     results = []
     for micro in args.micro:
-        result = measure(args, micro, device, dtype)
+        result = measure(args, micro, device, dtype, measured_peak)
         results.append(result)
-        mfu = "n/a" if result["mfu"] is None else f"{100 * result['mfu']:.1f}%"
+        mfu = "n/a" if result["mfu"] is None else f"{100 * result['mfu']:.1f}% of the measured peak"
+        if result["mfu_datasheet"] is not None:
+            mfu += f" ({100 * result['mfu_datasheet']:.1f}% of the datasheet's)"
         memory = "n/a" if result["peak_memory_gib"] is None else f"{result['peak_memory_gib']:.1f} GiB"
         print(f"micro {micro:2d} (accum {result['gradient_accumulation_steps']:3d}): "
               f"{result['seconds_per_step']:.3f} s/step, {result['tokens_per_s']:,.0f} tokens/s "
@@ -162,7 +190,17 @@ def main() -> None:
               f"{result['model_tflops_per_s']:.1f} model TFLOP/s, MFU {mfu}, peak memory {memory}", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print(f"peak: {results[0]['peak_source']}; n_params {results[0]['n_params']:,}")
+    print(f"datasheet peak: {results[0]['peak_source']}; n_params {results[0]['n_params']:,}")
+    out = args.out or (None if args.small else str(Path(__file__).resolve().parent / "results" / "bench_train_gpu.json"))
+    if out:
+        record = {"bench": "bench_train_gpu", "command": " ".join(["python3", *sys.argv]),
+                  "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                  "torch": torch.__version__, "cuda": torch.version.cuda, "sequences": args.sequences,
+                  "prompt_tokens": args.prompt_tokens, "response_tokens": args.response_tokens,
+                  "measured_peak_tflops": measured_peak, "rows": results}
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {out}")
     print(json.dumps(results))
 
 

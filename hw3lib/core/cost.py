@@ -13,6 +13,10 @@
 | logits | response tokens x 2 x `LOGITS_BYTES_PER_TOKEN` x (vocabulary / 151,936) | same file: the saved bf16 logits, and their gradient in the backward |
 | output-head gradient | 6 x vocabulary x width | the backward's first step: the head's weight gradient in bf16, then its float32 cast |
 
+The transformers rollout engine (the fallback without vLLM; `transformers_engine_parts`) holds its own bf16 copy
+of the weights (2 P) and, while it generates, the KV cache of one batch at full length plus the sampling step's
+float32 work over the vocabulary (`SAMPLING_BYTES_PER_LOGIT`, an estimate); its cache is freed between calls.
+
 The rollout engine (vLLM) takes `gpu_memory_utilization` x the GPU's memory when it starts (weights, its
 activations, the KV cache in what is left) -- vLLM refuses to start when less is free -- and, colocated on the
 policy's GPU, sleeps during the training half (`hw3lib.grpo.loop`: weights offloaded, KV cache dropped). So
@@ -46,6 +50,10 @@ LOGITS_BYTES_PER_TOKEN = 314_400  # the bf16 logits saved for backward, at 151,9
 # a sleeping vLLM engine keeps (CUDA graphs, its allocator's pools).
 GPU_RUNTIME_BYTES = 2 * GiB
 SLEEPING_ENGINE_BYTES = 2 * GiB
+# Estimate: the transformers engine's float32 work per vocabulary entry and row in one sampling step (the last
+# position's logits, top-p's sorted values and int64 indices, the cumulative sum, the softmax the token is drawn
+# from, the recorder's log-softmax).
+SAMPLING_BYTES_PER_LOGIT = 32
 COLOCATED_SHARE = 0.5  # the full profile's gpu_memory_utilization for a colocated engine in a training run
 DEVICE_BYTES = 79 * GiB  # an "80 GB" H100 as torch reports it (79.2 GiB)
 
@@ -119,6 +127,14 @@ def trainer_peak(parts: dict[str, int], first_step: bool = False) -> int:
 def trainer_resident_between_steps(parts: dict[str, int]) -> int:
     """What the trainer keeps while the engine generates: masters, AdamW's moments, the reference."""
     return parts["masters"] + parts["adam"] + parts["reference"]
+
+
+def transformers_engine_parts(shape: Shape, sequences: int, prompt_tokens: int, response_tokens: int) -> dict[str, int]:
+    """Bytes of the transformers engine generating `sequences` rows at once (one `generate` call): its bf16
+    weights, the KV cache at `prompt_tokens + response_tokens`, the sampling step's work over the vocabulary."""
+    return {"weights": LOW_COPY_BYTES * shape.params,
+            "kv_cache": sequences * (prompt_tokens + response_tokens) * shape.kv_bytes_per_token,
+            "sampling": sequences * shape.vocab * SAMPLING_BYTES_PER_LOGIT}
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,17 @@ def test_trainer_parts_and_peak_by_hand():
     assert cost.activation_bytes(half, 10, 4) == pytest.approx(parts["activations"] / 2, rel=1e-6)
 
 
+def test_transformers_engine_parts_by_hand():
+    # TOY: 1,000 parameters, 2 layers, 1 KV head of 4 -> 2 x 2 x 1 x 4 x 2 = 32 bytes of bf16 keys and values per token
+    parts = cost.transformers_engine_parts(TOY, sequences=3, prompt_tokens=5, response_tokens=7)
+    assert parts["weights"] == 2000  # the engine's own bf16 copy
+    assert parts["kv_cache"] == 3 * (5 + 7) * 32 == 1152
+    assert parts["sampling"] == 3 * 151936 * cost.SAMPLING_BYTES_PER_LOGIT
+    # Qwen3-0.6B, the course's 256 rollouts of up to 1,024 tokens after a 128-token prompt in one call: 33.8 GB of cache
+    qwen3 = course_shapes()["Qwen/Qwen3-0.6B"]
+    assert cost.transformers_engine_parts(qwen3, 256, 128, 1024)["kv_cache"] == 256 * 1152 * 114_688
+
+
 def test_gpu_plan_colocated_and_on_a_second_gpu_by_hand():
     shape = cost.Shape("s", params=GiB, layers=1, hidden=1, vocab=0, kv_heads=1, head_dim=1)  # no output head
     parts = cost.trainer_parts(shape, 0, 0, monitor_kl=False)

@@ -426,3 +426,20 @@ def test_context_limit_caps_each_sample(engine, lively_dir, prompts):
     tight = make_engine("transformers", str(lively_dir), max_model_len=prompt_len + 5, progress=False)
     (sample,), = tight.generate(prompts[:1], SamplingConfig(temperature=0, max_tokens=48, min_tokens=5, stop=()))
     assert len(sample.token_ids) == 5 and sample.finish_reason == "length"
+
+
+def test_bench_generation_records_each_engine_row(tmp_path):
+    """bench/bench_generation.py's JSON record (what a GPU run commits under bench/results/): one row per engine,
+    every sample running the whole budget (min_tokens = max_tokens), ratios against the first row."""
+    import json
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "bench_generation.py"
+    out = subprocess.run([sys.executable, str(script), "--engines", "transformers", "--static-cache", "--batch", "4",
+                          "--max-tokens", "4", "--out", str(tmp_path / "generation.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads((tmp_path / "generation.json").read_text())
+    assert [row["engine"] for row in record["rows"]] == ["transformers", "transformers+static"]
+    assert all(row["samples"] == 4 and row["tokens"] == 16 for row in record["rows"])
+    assert record["rows"][0]["ratio"] == 1.0 and record["max_tokens"] == 4 and "command" in record

@@ -376,13 +376,33 @@ def test_cli_train_one_step():
     assert result.exit_code != 0 and "group_size=3" in result.output
 
 
-def test_bench_train_gpu_small_runs_on_cpu():
+def test_bench_train_gpu_small_runs_on_cpu(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_train_gpu.py"), "--small", "--sequences", "4",
-                          "--micro", "2", "4", "--repeats", "1"], capture_output=True, text=True, timeout=300)
+                          "--micro", "2", "4", "--repeats", "1", "--out", str(tmp_path / "train.json")],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     results = json.loads(out.stdout.strip().splitlines()[-1])
     assert [r["micro_batch_size"] for r in results] == [2, 4]
     assert all(r["tokens_per_s"] > 0 and r["finite_entropy"] for r in results)
+    record = json.loads((tmp_path / "train.json").read_text())  # what a GPU run commits under bench/results/
+    assert record["rows"] == results and record["torch"] == torch.__version__ and "command" in record
+
+
+def test_rehearse_gpu_small_runs_every_phase_on_cpu(tmp_path):
+    """The GPU rehearsal's code path (bench/rehearse_gpu.py) with the tiny model on a CPU: every phase runs,
+    GRPO takes 3 steps and the resume a 4th, and each memory window carries the model's prediction."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "rehearse_gpu.py"), "--small", "--device", "cpu",
+                          "--out", str(tmp_path / "rehearse.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    phases = json.loads((tmp_path / "rehearse.json").read_text())["phases"]
+    assert list(phases) == ["eval", "grpo", "grpo_resume", "sft"]
+    assert phases["grpo"]["result"]["steps"] == [1, 2, 3] and phases["grpo_resume"]["result"]["steps"] == [1, 2, 3, 4]
+    assert phases["grpo"]["result"]["checkpoints"] and phases["sft"]["result"]["steps"] == 2
+    kinds = {name: [w["kind"] for w in phase["windows"]] for name, phase in phases.items()}
+    assert kinds["grpo"].count("grpo_train") == 3 and kinds["grpo_resume"].count("grpo_train") == 1
+    assert kinds["sft"].count("sft_train") == 2 and kinds["eval"] == ["generate"]
+    windows = [w for phase in phases.values() for w in phase["windows"]]
+    assert all(w["peak_predicted"] > w["resident_predicted"] > 0 for w in windows)
 
 
 # ---- nothing lost: the run folder's rules, Ctrl-C in a validation, wandb across resumes -------------------
