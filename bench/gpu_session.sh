@@ -5,8 +5,11 @@
 # with and without the static KV cache (bench/bench_generation.py). Most important first; each part gets what
 # is left of DEADLINE_S (default 560 s) and its JSON lands in bench/results/ and, when set, $OUT.
 #
-# The machine has no copy of ../shared, so GSM8K travels in .gpu-carry/ (git-ignored). On this machine:
-#     mkdir -p .gpu-carry/data && cp -r ../shared/data/gsm8k .gpu-carry/data/
+# The machine has no copy of ../shared, so GSM8K travels in .gpu-carry/ (git-ignored), with the transformers
+# release the project is tested with (constraints-cpu.txt; the machine's own may differ). On this machine:
+#     mkdir -p .gpu-carry/data .gpu-carry/wheels && cp -r ../shared/data/gsm8k .gpu-carry/data/
+#     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#         -d .gpu-carry/wheels "$(grep '^transformers==' constraints-cpu.txt)"
 # then call the device tool's run with carry [".gpu-carry"], timeout_s 600 and the command
 #     bash bench/gpu_session.sh
 # Parts can be named to run only those: bash bench/gpu_session.sh rehearse train generation
@@ -15,6 +18,10 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export HW3_DATA_DIR="${HW3_DATA_DIR:-$PWD/.gpu-carry/data}" HW3_CACHE_DIR="${HW3_CACHE_DIR:-/tmp/hw3-cache}"
 PYTHON="${PYTHON:-python3}"
+if compgen -G ".gpu-carry/wheels/*.whl" > /dev/null; then  # carried wheels shadow the machine's packages
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .gpu-carry/wheels/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
 LOG="${OUT:-/tmp}/gpu_session.log"  # comes back with the results when the device tool's $OUT is set
 DEADLINE_S="${DEADLINE_S:-560}"
 START=$(date +%s)
