@@ -2,8 +2,8 @@
 # The GPU issue's measurements as one prepared run on a lent GPU machine (PyTorch and transformers, no vLLM,
 # no weights, no network), inside one call's 10 minutes: a preflight, the CUDA rehearsal with the memory model
 # checked (bench/rehearse_gpu.py), training throughput and MFU (bench/bench_train_gpu.py), rollout throughput
-# with and without the static KV cache (bench/bench_generation.py). Most important first; each part gets what
-# is left of DEADLINE_S (default 560 s) and its JSON lands in bench/results/ and, when set, $OUT.
+# with and without the static KV cache (bench/bench_generation.py). Each part gets at most what is left of
+# DEADLINE_S (default 560 s) and its JSON lands in bench/results/ and, when set, $OUT.
 #
 # The machine has no copy of ../shared, so GSM8K travels in .gpu-carry/ (git-ignored), with the transformers
 # release the project is tested with (constraints-cpu.txt; the machine's own may differ). On this machine:
@@ -12,7 +12,7 @@
 #         -d .gpu-carry/wheels "$(grep '^transformers==' constraints-cpu.txt)"
 # then call the device tool's run with carry [".gpu-carry"], timeout_s 600 and the command
 #     bash bench/gpu_session.sh
-# Parts can be named to run only those: bash bench/gpu_session.sh rehearse train generation
+# Parts can be named to run only those: bash bench/gpu_session.sh generation
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -26,7 +26,10 @@ LOG="${OUT:-/tmp}/gpu_session.log"  # comes back with the results when the devic
 DEADLINE_S="${DEADLINE_S:-560}"
 START=$(date +%s)
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(preflight rehearse train generation)
+# The training benchmark first: it is short (~1.5 min) and sure; the rehearsal (~6-7 min, ten generate calls of
+# 1,024 tokens) next; the generation benchmark takes what is left -- if that is too little, run it again at once
+# as a second call (`bash bench/gpu_session.sh generation`) while the machine is still warm.
+[ ${#parts[@]} -gt 0 ] || parts=(preflight train rehearse generation)
 
 left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
 
