@@ -27,7 +27,7 @@ generation) and their ratio. Allocator bytes leave the context out, so the predi
 after every phase so a run cut short keeps what it measured.
 
     python3 bench/rehearse_gpu.py                          # on the GPU machine
-    python3 bench/rehearse_gpu.py --small --device cpu     # tiny model and counts: the code path on a CPU
+    python3 bench/rehearse_gpu.py --small --device cpu --dtype bfloat16   # tiny model and counts: the path on a CPU
     python3 bench/rehearse_gpu.py --small --model real --layers 2 --device cpu   # ... at the real width and vocabulary
 """
 
@@ -113,8 +113,8 @@ class MemoryWindows:
                              "measured_over_predicted": None if peak is None else peak / predicted})
 
 
-def patch_windows(probe: MemoryWindows, sizes: Sizes) -> None:
-    """Wrap the three heavy calls so each runs inside a window with its prediction (undone by `unpatch`)."""
+def patch_windows(probe: MemoryWindows):
+    """Wrap the three heavy calls so each runs inside a window with its prediction; returns the undo."""
     from hw3lib.core import cost
     from hw3lib.generation.hf_engine import TransformersEngine
     from hw3lib.grpo.loop import GRPOLearner
@@ -156,15 +156,10 @@ def patch_windows(probe: MemoryWindows, sizes: Sizes) -> None:
 
     TransformersEngine._generate_batch, GRPOLearner.train_on = generate_batch, grpo_train_on
     sft_loop.sft_optimizer_step = sft_optimizer_step
-    unpatch.originals = (generate, train_on, sft_step)
 
-
-def unpatch() -> None:
-    from hw3lib.generation.hf_engine import TransformersEngine
-    from hw3lib.grpo.loop import GRPOLearner
-    import hw3lib.sft.loop as sft_loop
-
-    TransformersEngine._generate_batch, GRPOLearner.train_on, sft_loop.sft_optimizer_step = unpatch.originals
+    def undo() -> None:
+        TransformersEngine._generate_batch, GRPOLearner.train_on, sft_loop.sft_optimizer_step = generate, train_on, sft_step
+    return undo
 
 
 def trainer_resident(parts: dict[str, int], first_step: bool) -> int:
@@ -273,14 +268,14 @@ def run_phase(name: str, args, sizes: Sizes, shape) -> dict:
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    patch_windows(probe, sizes)
+    undo = patch_windows(probe)
     started = time.perf_counter()
     try:
         record = {"result": PHASE_FUNCTIONS[name](args, sizes, probe)}
     except Exception as exc:  # the record says what broke; the next phases still run
         record = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
     finally:
-        unpatch()
+        undo()
     record.update(seconds=time.perf_counter() - started, windows=probe.windows)
     if probe.cuda:
         free, total = torch.cuda.mem_get_info()
@@ -327,6 +322,9 @@ def parse_args(argv=None):
     parser.add_argument("--max-tokens", type=int, default=None, help="new tokens per response (default 1,024)")
     parser.add_argument("--eval-questions", type=int, default=None)
     parser.add_argument("--generation-batch", type=int, default=None, help="rows per generate call (default 256)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
+                        help="default: bfloat16 on cuda (the full profile's), float32 on cpu; bfloat16 on a CPU runs the "
+                             "GPU's path there (the engine's own bf16 copy and the weight push after each step)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     unknown = {p.strip() for p in args.phases.split(",")} - set(PHASES)
@@ -334,7 +332,7 @@ def parse_args(argv=None):
         parser.error(f"unknown phases {sorted(unknown)}: choose from {', '.join(PHASES)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no GPU is visible here; pass --small --device cpu to run the code path on a CPU")
-    args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
+    args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     args.model_kind = args.model or ("tiny" if args.small else "real")
     chosen = {"max_tokens": args.max_tokens, "eval_questions": args.eval_questions,
               "generation_batch": args.generation_batch}

@@ -389,10 +389,12 @@ def test_bench_train_gpu_small_runs_on_cpu(tmp_path):
 
 
 def test_rehearse_gpu_small_runs_every_phase_on_cpu(tmp_path):
-    """The GPU rehearsal's code path (bench/rehearse_gpu.py) with the tiny model on a CPU: every phase runs,
-    GRPO takes 3 steps and the resume a 4th, and each memory window carries the model's prediction."""
+    """The GPU rehearsal's code path (bench/rehearse_gpu.py) with the tiny model on a CPU, in bf16 as on the GPU
+    (the engine's own copy, the weight push): every phase runs, GRPO takes 3 steps and the resume a 4th, and each
+    memory window carries the model's prediction."""
     out = subprocess.run([sys.executable, str(REPO / "bench" / "rehearse_gpu.py"), "--small", "--device", "cpu",
-                          "--out", str(tmp_path / "rehearse.json")], capture_output=True, text=True, timeout=300)
+                          "--dtype", "bfloat16", "--out", str(tmp_path / "rehearse.json")],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     phases = json.loads((tmp_path / "rehearse.json").read_text())["phases"]
     assert list(phases) == ["eval", "grpo", "grpo_resume", "sft"]
