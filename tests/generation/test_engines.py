@@ -443,3 +443,31 @@ def test_bench_generation_records_each_engine_row(tmp_path):
     assert [row["engine"] for row in record["rows"]] == ["transformers", "transformers+static"]
     assert all(row["samples"] == 4 and row["tokens"] == 16 for row in record["rows"])
     assert record["rows"][0]["ratio"] == 1.0 and record["max_tokens"] == 4 and "command" in record
+
+
+def test_bench_generation_warms_compiled_decoding_on_the_timed_shapes():
+    """Compiled decoding is specialised on the batch's shapes: its warm-up is the timed batch itself (reported as
+    the first call), while the other engines warm up on a short batch."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "bench_generation.py"
+    spec = importlib.util.spec_from_file_location("bench_generation", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    class Recording:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, prompts, sampling):
+            self.calls.append((len(prompts), sampling.max_tokens))
+            return [[Sample(text="", token_ids=[1] * sampling.max_tokens, logprobs=[0.0] * sampling.max_tokens,
+                            finish_reason="length")] for _ in prompts]
+
+    args = SimpleNamespace(n=1, max_tokens=32, batch=2, device="cpu")
+    plain, compiled = Recording(), Recording()
+    assert bench.time_engine(plain, ["a", "b", "c"], args)[3] is None
+    assert plain.calls == [(2, 8), (3, 32)]  # a short warm-up, then the timed batch
+    samples, tokens, seconds, first_call = bench.time_engine(compiled, ["a", "b", "c"], args, full_warmup=True)
+    assert compiled.calls == [(3, 32), (3, 32)] and first_call > 0 and (samples, tokens) == (3, 96)
