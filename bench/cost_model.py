@@ -12,10 +12,14 @@ Prints three markdown tables (the README's "What the full workbook costs" is thi
 3. **GPU-hours** (estimates): every run of the full profile's grids and single runs, for two response
    lengths (the whole 1,024-token budget, an upper bound, and half of it), beside the handouts' own
    estimates where they give one.
+4. **What fits your card** (the README's section of that name): each course's runs at their default settings
+   on an 80, 40, 24 and 16 GB card with bf16 and on a T4 (16 GB, float32), and where one does not fit the
+   least change that does (hw3lib.core.preflight.fit_table); then the 24 GB recipe of each course
+   (hw3lib.core.preflight.recipe_24gb) with its peaks.
 
-    .venv/bin/python bench/cost_model.py                 # all three tables
+    .venv/bin/python bench/cost_model.py                 # all four tables
     .venv/bin/python bench/cost_model.py --check         # exit 1 if a CPU prediction is off by more than 15%
-    .venv/bin/python bench/cost_model.py --write-readme  # put the tables into README.md between its markers
+    .venv/bin/python bench/cost_model.py --write-readme  # put the tables into README.md between their markers
 """
 
 from __future__ import annotations
@@ -28,14 +32,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hw3lib.core import cost  # noqa: E402
+from hw3lib.core import cost, preflight  # noqa: E402
 from hw3lib.models.real_shape import course_shapes  # noqa: E402
 
 REHEARSAL = ROOT / "bench" / "results" / "rehearse.json"
-PROMPT_TOKENS = 200  # stated assumption: the R1-Zero template (~120 tokens) plus a GSM8K/MATH question
+PROMPT_TOKENS = cost.PROMPT_TOKENS  # stated assumption: the R1-Zero template (~120 tokens) plus a question
 TOLERANCE = 0.15
 README = ROOT / "README.md"
 BEGIN, END = "<!-- cost tables: python bench/cost_model.py --write-readme -->", "<!-- end of cost tables -->"
+FIT_BEGIN, FIT_END = "<!-- fit table: python bench/cost_model.py --write-readme -->", "<!-- end of fit table -->"
+FIT_DEVICES = (80, 40, 24, 16, "T4-16GB")  # nominal bf16 cards, then a T4 (no bf16: float32)
+KIND_WORDS = {"eval": f"evaluation (share {cost.EVAL_SHARE})", "grpo": "GRPO", "sft": "SFT", "ei": "expert iteration"}
 HANDOUT_ESTIMATES = {("math-qwen2.5", "learning_rate"): 6.0}  # H100-hours the MATH handout states for its sweep
 
 
@@ -220,14 +227,59 @@ def tables(rows: list[dict]) -> str:
     return "\n\n".join([cpu_table(rows), gpu_table(), hours_table()])
 
 
-def write_readme(text: str) -> None:
-    """Replace what stands between the README's markers with `text` (temporary file, then rename)."""
-    readme = README.read_text()
-    if BEGIN not in readme or END not in readme:
-        sys.exit(f"{README}: the markers {BEGIN!r} and {END!r} are missing: put them where the tables go")
-    head, rest = readme.split(BEGIN, 1)
+# ---- 4. what fits each card ----------------------------------------------------------------------------------
+
+def fit_cell(row: dict) -> str:
+    if row["fits"]:
+        return f"fits ({row['peak_gib']} GiB)"
+    if row["change"] == "does not fit":
+        return "**does not fit**"
+    return f"`{row['change']}` ({row['peak_gib']} GiB)"
+
+
+def recipe_lines() -> list[str]:
+    """The 24 GB recipe of each course on the smaller 24 GB cards, with its peaks by the memory model."""
+    card = preflight.nominal_device(24)
+    lines = []
+    for course in preflight.COURSE_MODELS:
+        changes = preflight.recipe_24gb(course)
+        cfg = preflight.course_config(course, "grpo").replace(**changes)
+        report = preflight.preflight(cfg, "grpo", card)
+        peaks = ", ".join(f"{name} {value / cost.GiB:.1f} GiB" for name, value in report.peaks.items())
+        settings = ", ".join(f"{key}={value!r}" for key, value in changes.items())
+        lines.append(f"- {course} ({cfg.model}), GRPO: `{settings}` -- {peaks} of {card.total_bytes / cost.GiB:.1f} GiB")
+    return lines
+
+
+def fit_text(devices=FIT_DEVICES) -> str:
+    """The README's fit table (hw3lib.core.preflight.fit_table) and the 24 GB recipes."""
+    rows = preflight.fit_table(devices)
+    infos = [preflight.nominal_device(d) for d in devices]
+    heads = [f"{d} GB ({i.total_bytes / cost.GiB:.1f} GiB)" if isinstance(d, int) else
+             f"{i.name} ({i.total_bytes / cost.GiB:.1f} GiB, {preflight.supported_dtype(i)[0]})"
+             for d, i in zip(devices, infos)]
+    lines = ["| course, model | run | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+    for start in range(0, len(rows), len(devices)):
+        group = rows[start:start + len(devices)]
+        first = group[0]
+        lines.append(f"| {first['course']}, {first['model']} | {KIND_WORDS[first['kind']]} | "
+                     + " | ".join(fit_cell(row) for row in group) + " |")
+    return "\n".join(lines + ["", "The 24 GB recipes (`hw3lib.core.preflight.recipe_24gb`):", "", *recipe_lines()])
+
+
+def replace_between(text: str, begin: str, end: str, body: str) -> str:
+    """`text` with what stands between the markers `begin` and `end` replaced by `body`."""
+    if begin not in text or end not in text:
+        sys.exit(f"{README}: the markers {begin!r} and {end!r} are missing: put them where the table goes")
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1]
+
+
+def write_readme(text: str, fits: str) -> None:
+    """Put the cost tables and the fit table between their README markers (temporary file, then rename)."""
+    readme = replace_between(README.read_text(), BEGIN, END, text)
     tmp = README.with_suffix(".md.tmp")
-    tmp.write_text(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
+    tmp.write_text(replace_between(readme, FIT_BEGIN, FIT_END, fits))
     tmp.replace(README)
 
 
@@ -237,10 +289,10 @@ def main() -> int:
     parser.add_argument("--write-readme", action="store_true", help="put the tables into README.md")
     args = parser.parse_args()
     rows = cpu_rows(json.loads(REHEARSAL.read_text()))
-    text = tables(rows)
-    print(text)
+    text, fits = tables(rows), fit_text()
+    print(text + "\n\n" + fits)
     if args.write_readme:
-        write_readme(text)
+        write_readme(text, fits)
     worst = max(abs(row["error"]) for row in rows if not row["calibrated"])
     print(f"\nlargest CPU prediction error: {worst:.0%} (limit {TOLERANCE:.0%})")
     return 1 if args.check and worst > TOLERANCE else 0

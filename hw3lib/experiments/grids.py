@@ -16,7 +16,7 @@ keep the base's microbatch: `gradient_accumulation_steps` scales with `train_bat
 | `prompt` | `r1_zero` vs `question_only`, each trained and validated with its own reward function, from one start that favours neither format |
 | `sync_strategy` | colocated (one device): one optimizer step per rollout batch vs several epochs per batch |
 | `kl_drift` | the base with `monitor_kl=True` (k1 and k3 to the frozen initial policy, logged per step) |
-| `leaderboard` | the best settings the grids found (full: MATH with the profile's MATH model; smoke: the smoke task) |
+| `leaderboard` | the best settings the grids found, on the course's data and model (an extra where the handout has none) |
 | `algorithms` | beyond the handouts: GRPO (clipped), Dr. GRPO, DAPO, GSPO, CISPO and GRPO with token-level MIS, from the same off-policy base (`hw3lib.grpo.config.ALGORITHMS`) |
 
 The base (`common_base`) is the profile's recipe. Full: the course's baseline and sizes --
@@ -113,8 +113,8 @@ class Grid:
 # ---- the base and the grids ----------------------------------------------------------------------------
 
 def common_base(profile: str | None = None, steps: int | None = None) -> GRPOConfig:
-    """The profile's GRPO recipe, `steps` GRPO steps (default: full 200, smoke `SMOKE_STEPS`); see the
-    module docstring for why the smoke base is off-policy."""
+    """The profile's GRPO recipe for the course ($HW3_COURSE: its data and model), `steps` GRPO steps (default:
+    full 200, smoke `SMOKE_STEPS`); see the module docstring for why the smoke base is off-policy."""
     cfg = GRPOConfig.for_profile(profile)
     return cfg.replace(name="base", n_grpo_steps=steps or (FULL_STEPS if cfg.profile == "full" else SMOKE_STEPS))
 
@@ -320,10 +320,8 @@ def grid_base(name: str, profile: str | None = None, steps: int | None = None) -
         base = base.replace(**off_policy_settings(base, 2, base.rollout_batch_size // 4))
     if name == "off_policy":  # broad sweep: short runs
         base = base.replace(n_grpo_steps=max(1, round(base.n_grpo_steps * BROAD_FRACTION[base.profile])))
-    if name == "leaderboard" and base.profile == "full":  # MATH ($HW3_MATH_DATA) with the profile's MATH model
-        from hw3lib.core.profile import get_profile
-
-        base = base.replace(dataset="math", model=get_profile("full").math_model)
+    # The leaderboard, like every grid, runs on the course's data and model (common_base follows $HW3_COURSE): a
+    # MATH switch here stopped the GSM8K course's notebook 05 near its end without $HW3_MATH_DATA.
     return base.replace(name="base")
 
 

@@ -1,6 +1,7 @@
 """Notebook 05's view of the experiment grids: what each config changes, and one grid's results shown
 (table, figures, the reading computed from the numbers) after `hw3lib.experiments.report.report_grid` has saved
-its figures and the JSON the writeup reads."""
+its figures and the JSON the writeup reads -- or, for a grid the notebook skipped as an extra for the course
+(`show_grid_if_run`), one line saying so and how to opt in."""
 
 from __future__ import annotations
 
@@ -54,3 +55,15 @@ def show_grid(result: GridResult) -> dict:
     answers = "\n".join(f"- {answer}" for answer in report.get("answers", []))
     display(Markdown(f"**Reading (computed from the runs).**\n\n{report['reading']}\n\n{answers}"))
     return report
+
+
+def show_grid_if_run(results: dict[str, GridResult], name: str, course=None) -> dict | None:
+    """`show_grid(results[name])` if the notebook ran grid `name`; else (skipped as an extra for `course`, see
+    hw3lib.core.course.sections_to_run) print one line saying so and how to opt in, and return None."""
+    if name in results:
+        return show_grid(results[name])
+    from hw3lib.experiments.parallel import GRID_SECTIONS
+    from hw3lib.experiments.plan import skipped_note
+
+    print(skipped_note(GRID_SECTIONS[name], course))
+    return None

@@ -31,7 +31,7 @@ sampled token's entry when the next step reveals it. Tests check it against both
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -254,15 +254,19 @@ class TransformersEngine(InProcessEngine):
     def sleep(self, level: int = 1) -> None:
         """No-op: the transformers engine holds no KV cache between calls (its memory is the model's)."""
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
         """No-op: see `sleep`."""
 
+    def reset_prefix_cache(self) -> None:
+        """No-op: no prompt's KV is kept from one `generate` call to the next."""
+
     def close(self) -> None:
-        """Drop the engine's references to the model and free cached GPU memory."""
+        """Drop the engine's references to the model and free cached GPU memory (`free_cached_memory`)."""
+        from hw3lib.generation.vllm_engine import free_cached_memory  # imports no vLLM
+
         self.model = None
         self._stop_criteria.clear()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        free_cached_memory()
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

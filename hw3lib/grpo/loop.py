@@ -37,7 +37,11 @@ Variant implemented (see hw3lib.maths.grpo for the maths, hw3lib.grpo.step for t
   clipping; a step whose loss or gradient norm is not finite is skipped (no update, counted in
   `train/skipped_steps`).
 - **Weight sync:** after all optimizer steps of a rollout batch (before the next generation). A
-  colocated vLLM engine sleeps during training where sleep mode exists (GPU).
+  vLLM engine colocated with the policy (`hw3lib.generation.engine_colocated`) follows vLLM's documented
+  sequence (hw3lib.generation): `sleep(level=2)` right after sampling, so old/reference log-probs and the
+  optimizer steps have its memory; then `gc.collect(); torch.cuda.empty_cache()`, `wake_up(tags=["weights"])`,
+  the weight reload, `wake_up(tags=["kv_cache"])` and a prefix-cache reset (`push_weights`). On CPU the
+  sleep/wake calls are no-ops, made in the same order.
 - **LoRA** (beyond the handouts, `lora_rank` > 0; hw3lib.models.lora): only low-rank adapters are
   trained, the engine receives the merged weights under the base model's names, checkpoints hold the
   adapter, and KL monitoring's reference is the frozen base with the adapters disabled (no copy).
@@ -110,16 +114,17 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
     the step and the reason, and the partial result is
     returned (hw3lib.experiments.grids uses it to stop diverged runs).
     """
-    from hw3lib.generation import training_engine
+    from hw3lib.generation import engine_colocated, push_weights, sleep_for_training, training_engine
 
     # ---- set-up: the run folder, data, initial policy, (resumed) state, engine ---------------------------
     run_dir, checkpoint, finished = begin_run("GRPO", cfg, resume, overwrite)  # hw3lib.core.lifecycle
     if finished is not None:
         return finished
     train_records, learner = start_run(run_dir, cfg, checkpoint, callback)
-    engine = training_engine(cfg, learner.policy, learner.tokenizer, learner.initial_model)
+    engine = training_engine(cfg, learner.policy, learner.tokenizer, learner.initial_model,
+                             records=[*train_records, *learner.eval_records])
     engine.load_weights(learner.weights_for_engine())  # a resumed run's engine needs them too
-    colocated = cfg.engine == "vllm" and torch.device(cfg.rollout_device) == torch.device(cfg.policy_device)
+    colocated = engine_colocated(cfg)  # vLLM on the policy's device: asleep while the policy trains
     learner.start_clock()
     try:
         # A validation that was due at the step we start from and is missing (a fresh run's step 0,
@@ -128,18 +133,15 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
         for grpo_step in range(learner.version + 1, cfg.n_grpo_steps + 1):
             step_started = time.perf_counter()
             batch = sample_rollout_batch(engine, cfg, train_records, learner.reward_fn, grpo_step, learner.version)
-            if colocated:
-                started = time.perf_counter()
-                engine.sleep()  # free the KV cache (and offload weights) for the training half
-                batch.generation_s += time.perf_counter() - started
+            started = time.perf_counter()
+            sleep_for_training(engine, colocated=colocated)  # weights and KV cache dropped for the training half
+            batch.generation_s += time.perf_counter() - started
             rows = learner.train_on(batch, engine=engine)
 
             # Push the new weights to the rollout engine (bf16 copies in mixed precision; nothing is
-            # copied when the engine wraps the float32 policy itself).
+            # copied when the engine wraps the float32 policy itself); a colocated engine wakes up for them.
             started = time.perf_counter()
-            if colocated:
-                engine.wake_up()
-            engine.load_weights(learner.weights_for_engine())
+            push_weights(engine, learner.weights_for_engine(), colocated=colocated)
             rows[-1]["time/weight_sync_s"] = time.perf_counter() - started
 
             learner.finish_step(batch, rows, time.perf_counter() - step_started)

@@ -5,6 +5,7 @@
     model, tokenizer = load_model_and_tokenizer("Qwen/Qwen3-0.6B", device="cuda")  # hub id or folder
 
 Names: `tiny` (built by hw3lib.models.tiny), `tiny-sft` (built by hw3lib.models.warmstart.tiny_sft_path),
+`stand-in:<hub id>` (the full-profile rehearsal's small random-weight stand-ins, hw3lib.models.stand_in),
 a folder saved with `save_pretrained` (a transformers model, or hw3lib's own transformer from
 hw3lib.models.nanogpt: kind `own`), or a hub id. `initial_policy_source(cfg)` is where a run's policy
 starts: `cfg.model` resolved, or its SFT warm start. This module is the top of `models`: naming
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from hw3lib.models.lora import apply_lora, is_adapter_folder, load_adapter
 from hw3lib.models.pretrained import load_resolved, model_kind
+from hw3lib.models.stand_in import PREFIX as STAND_IN_PREFIX
+from hw3lib.models.stand_in import stand_in_path
 from hw3lib.models.tiny import tiny_model_path
 from hw3lib.models.warmstart import sft_warm_start, tiny_sft_path
 
@@ -33,6 +36,8 @@ def resolve(name_or_path: str) -> tuple[str, str]:
         return "transformers", str(tiny_model_path())
     if name_or_path == TINY_SFT:
         return "transformers", str(tiny_sft_path())
+    if name_or_path.startswith(STAND_IN_PREFIX):  # the full-profile rehearsal's stand-ins (hw3lib.models.stand_in)
+        return "transformers", str(stand_in_path(name_or_path))
     path = Path(os.path.expanduser(name_or_path))
     if path.exists() and not (path / "config.json").is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json: point it at a folder "

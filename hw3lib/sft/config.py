@@ -150,6 +150,18 @@ SFTConfig._SMOKE = {
     "n_eval_examples": 256, "sampling_max_tokens": 32, "checkpoint_every": 150,
     "eval_temperature": 0.0,  # greedy in smoke (labelled), as the GRPO smoke runs it is compared with
 }
+SFTConfig._REHEARSAL = {
+    **SFTConfig._REHEARSAL,
+    # Two optimizer steps of 4 traces in 2 microbatches, validated before and after (see RunConfig._REHEARSAL).
+    "train_batch_size": 4, "gradient_accumulation_steps": 2, "lr_warmup_steps": 0,
+}
+SFTConfig._REHEARSAL_CAPS = {**SFTConfig._REHEARSAL_CAPS, "n_sft_steps": 2, "n_examples": 256}
+EIConfig._REHEARSAL = {
+    **EIConfig._REHEARSAL,
+    # One round: 4 questions x 4 rollouts, SFT on the kept ones in microbatches of 2.
+    "group_size": 4, "train_batch_size": 4, "gradient_accumulation_steps": 2,
+}
+EIConfig._REHEARSAL_CAPS = {**EIConfig._REHEARSAL_CAPS, "n_ei_steps": 1, "questions_per_round": 4}
 EIConfig._SMOKE = {
     "name": "ei_smoke", "model": "tiny", "dataset": "arithmetic", "arithmetic_max_operand": 4,
     "n_train_examples": 4096, "warm_start_steps": 125, "warm_start_lr": 3e-3, "warm_start_batch_size": 32,

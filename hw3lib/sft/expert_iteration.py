@@ -2,11 +2,11 @@
 
 Per round (`n_ei_steps` of them):
 
-    draw `questions_per_round` training questions (seeded, without replacement) -> sample
-    `group_size` (G) rollouts per question from the current policy through the rollout engine ->
-    grade them with the R1-Zero reward -> keep the rollouts with reward 1 (format and answer right)
-    -> `sft_epochs` passes of SFT over the kept rollouts, starting from the current policy ->
-    push the weights to the engine -> log -> validate every `eval_every` rounds -> checkpoint.
+    push the policy's weights to the engine -> draw `questions_per_round` training questions (seeded,
+    without replacement) -> sample `group_size` (G) rollouts per question from the current policy
+    through the rollout engine -> grade them with the R1-Zero reward -> keep the rollouts with reward 1
+    (format and answer right) -> `sft_epochs` passes of SFT over the kept rollouts, starting from the
+    current policy -> log -> validate every `eval_every` rounds -> checkpoint.
 
 Variant implemented:
 
@@ -20,9 +20,16 @@ Variant implemented:
   run (its moments carry over between rounds), constant learning rate, float32 master weights and
   bf16 autocast as in the SFT runner.
 - **Entropy:** the mean per-token entropy of all the round's rollouts under the sampling policy (at
-  the sampling temperature, one no-grad forward pass), also over correct and incorrect rollouts
-  separately: `train/entropy`, `train/entropy_correct`, `train/entropy_incorrect`. SFT on the
-  policy's own correct samples is expected to sharpen it round after round.
+  the sampling temperature, one no-grad forward pass in microbatches of `micro_train_batch_size` rows:
+  at 64 rows the full profile's bf16 logits alone would take ~18.5 GiB), also over correct and
+  incorrect rollouts separately: `train/entropy`, `train/entropy_correct`, `train/entropy_incorrect`.
+  SFT on the policy's own correct samples is expected to sharpen it round after round.
+- **The engine beside the trainer:** a vLLM engine colocated with the policy
+  (`hw3lib.generation.engine_colocated`) sleeps (level 2) except while it generates: put to sleep once
+  built, woken with the weights before each round's sampling and each validation (`push_weights`:
+  vLLM's documented sequence, hw3lib.generation), asleep again right after, so the entropy pass, the
+  SFT steps and the validation's no-grad passes have its memory. Other engines receive the weights
+  with `load_weights` at the same points.
 - **Initial policy:** `model`, or the same cached SFT warm start GRPO uses for the same settings
   (`warm_start_steps`, hw3lib.models.load.initial_policy_source), so EI and GRPO can start from one
   policy and be compared on the same validation set, per optimizer step (`step`) and per rollout
@@ -160,10 +167,11 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
                      callback: Callable[[dict], None] | None = None) -> RunResult:
     """Run expert iteration as configured by `cfg` into `runs/<cfg.name>/` (see the module docstring).
 
-    `callback` (optional) is called after each round's weight push with `{"policy", "round",
+    `callback` (optional) is called after each round's SFT steps with `{"policy", "round",
     "rollouts", "scores", "kept"}` (the round's samples, their rewards and the kept indices).
     """
-    from hw3lib.generation import policy_weights_for_engine, training_engine
+    from hw3lib.generation import (engine_colocated, policy_weights_for_engine, push_weights, sleep_for_training,
+                                   training_engine)
     from hw3lib.models.load import initial_policy_source, load_training_policy
     from hw3lib.tasks.data import load_task
     from hw3lib.tasks.prompt_table import reward_fn_for
@@ -178,8 +186,9 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
                                              base=initial_model)  # float32 masters
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
                       fresh_state={"round": 0, "step": 0, "rollouts": 0, "elapsed_s": 0.0})
-    engine = training_engine(cfg, policy, tokenizer, initial_model)
-    engine.load_weights(policy_weights_for_engine(policy, cfg.dtype))
+    engine = training_engine(cfg, policy, tokenizer, initial_model, records=[*train_records, *eval_records])
+    colocated = engine_colocated(cfg)  # vLLM on the policy's device: asleep except while it generates
+    sleep_for_training(engine, colocated=colocated)  # each round and validation wakes it with the weights
 
     def validate() -> None:
         log_validation(run, engine, eval_records, reward_fn, round=run.version, step=run.state["step"],
@@ -188,21 +197,23 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
     try:
         run.catch_up(validate)
         for round_number in range(run.version + 1, cfg.n_ei_steps + 1):
-            # 1-2. G rollouts per question from the current policy, graded; their entropy under it.
+            # 1. The current weights into the engine (a colocated one wakes up for them).
+            started = time.perf_counter()
+            push_weights(engine, policy_weights_for_engine(policy, cfg.dtype), colocated=colocated)
+            sync_s = time.perf_counter() - started
+            # 2-3. G rollouts per question from the current policy, graded; their entropy under it.
             round_ = sample_round(engine, cfg, train_records, reward_fn, round_number)
+            sleep_for_training(engine, colocated=colocated)
             started = time.perf_counter()
             batch, prefix = pack_rollouts(tokenizer, [p for p in round_.prompts for _ in range(cfg.group_size)],
                                           [r.token_ids for r in round_.rollouts], cfg.policy_device)
-            entropy = rollout_entropy(policy, batch, cfg.generation_batch_size, prefix, cfg.sampling_temperature,
+            entropy = rollout_entropy(policy, batch, cfg.micro_train_batch_size, prefix, cfg.sampling_temperature,
                                       cfg.dtype).tolist()
             scoring_s = round_.grading_s + time.perf_counter() - started
-            # 3. SFT on the kept rollouts, from the current policy; 4. push the weights to the engine.
+            # 4. SFT on the kept rollouts, from the current policy.
             started = time.perf_counter()
             steps = sft_on_kept(run, batch, prefix, round_.kept, round_number)
             train_s = time.perf_counter() - started
-            started = time.perf_counter()
-            engine.load_weights(policy_weights_for_engine(policy, cfg.dtype))
-            sync_s = time.perf_counter() - started
             # 5. One row for the round.
             counters = {"round": round_number, "step": run.state["step"] + len(steps),
                         "rollouts": run.state["rollouts"] + len(round_.rollouts)}

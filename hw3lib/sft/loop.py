@@ -33,7 +33,15 @@ questions -- through the profile's rollout engine, and `log_generations` writes 
 with its prompt, ground truth, rewards, mean token entropy and length to
 `generations/step_XXXX.jsonl`, plus length and entropy over all / correct / incorrect responses
 into the validation row; `eval/trace_nll` is the NLL per token of the held-out questions' own
-reference traces (`held_out_trace_nll`), a low-noise measure of generalization.
+reference traces (`held_out_trace_nll`), a low-noise measure of generalization. Those two no-grad
+passes run `micro_train_batch_size` rows at a time, as training does: at the full profile's 64 rows
+their bf16 logits alone (vocabulary 151,936 x 1,024 tokens) would take ~18.5 GiB.
+
+**The engine beside the trainer.** A vLLM engine colocated with the policy
+(`hw3lib.generation.engine_colocated`) sleeps (level 2) except while it validates: put to sleep once
+built, woken with the policy's weights before each validation (`push_weights`: vLLM's documented
+sequence, hw3lib.generation) and put back to sleep right after its `generate`, before the no-grad
+passes and the optimizer steps that follow. Other engines receive the weights with `load_weights`.
 
 **Run folder** (`runs/<name>/`; the rules of hw3lib.core.runs): `config.json`, `traces.json`,
 `metrics.jsonl`, `samples/`, `generations/`, `checkpoints/`. A finished run with the same settings
@@ -273,19 +281,23 @@ def held_out_trace_nll(policy, tokenizer, records: Sequence[dict], *, micro_batc
 
 def run_validation(engine, policy, tokenizer, eval_records, cfg, reward_fn, path: Path) -> tuple[dict, list[dict]]:
     """`hw3lib.evaluation.validate` (the GRPO loop's evaluation) plus `log_generations` to `path`:
-    `(eval metrics, the saved sample rows)`."""
+    `(eval metrics, the saved sample rows)`. A colocated engine is woken with the policy's weights for the
+    generation and asleep again for the no-grad passes (see the module docstring)."""
     from hw3lib.tasks.data import format_prompt
-    from hw3lib.generation import policy_weights_for_engine
+    from hw3lib.generation import engine_colocated, policy_weights_for_engine, push_weights, sleep_for_training
     from hw3lib.evaluation.validate import validate
 
-    engine.load_weights(policy_weights_for_engine(policy, cfg.dtype))  # nothing is copied when it wraps the policy
+    colocated = engine_colocated(cfg)
+    # Nothing is copied when the engine wraps the policy.
+    push_weights(engine, policy_weights_for_engine(policy, cfg.dtype), colocated=colocated)
     metrics, examples = validate(engine, eval_records, cfg.replace(n_eval_samples_saved=len(eval_records)),
                                  reward_fn, seed=cfg.seed)
+    sleep_for_training(engine, colocated=colocated)
     prompts = [format_prompt(cfg.prompt, r["question"]) for r in eval_records]
     metrics.update(log_generations(policy, tokenizer, prompts, examples, path,
-                                   micro_batch_size=cfg.generation_batch_size, dtype=cfg.dtype))
+                                   micro_batch_size=cfg.micro_train_batch_size, dtype=cfg.dtype))
     metrics["eval/trace_nll"] = held_out_trace_nll(policy, tokenizer, eval_records, dtype=cfg.dtype,
-                                                   micro_batch_size=cfg.generation_batch_size, prompt=cfg.prompt)
+                                                   micro_batch_size=cfg.micro_train_batch_size, prompt=cfg.prompt)
     return metrics, examples[:cfg.n_eval_samples_saved]
 
 
@@ -323,7 +335,7 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     """
     from tqdm.auto import tqdm
 
-    from hw3lib.generation import training_engine
+    from hw3lib.generation import engine_colocated, sleep_for_training, training_engine
     from hw3lib.models.load import load_training_policy
     from hw3lib.tasks.data import load_task
     from hw3lib.tasks.prompt_table import reward_fn_for
@@ -342,7 +354,8 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
                       fresh_state={"step": 0, "skipped_steps": 0, "elapsed_s": 0.0})
     atomic_write_json(run_dir / TRACES_FILE, {**trace_info, "examples": traces[:4]})
     print(f"traces: {trace_info}", flush=True)
-    engine = training_engine(cfg, policy, tokenizer, cfg.model)
+    engine = training_engine(cfg, policy, tokenizer, cfg.model, records=[*train_records, *eval_records])
+    sleep_for_training(engine, colocated=engine_colocated(cfg))  # each validation wakes it with the weights
 
     def validate() -> None:
         log_validation(run, engine, eval_records, reward_fn, step=run.version,

@@ -1,5 +1,7 @@
-"""hw3lib.core.cost: the memory model and compute estimates, by hand-worked numbers; its constants against
-the committed measurements; its predictions against the CPU rehearsal; the full profile's defaults fit."""
+"""hw3lib.core.cost and hw3lib.core.memory: the memory model (trainer, LoRA, gradient checkpointing, float32,
+engines, the GRPO/SFT/EI/evaluation/async plans) and the compute estimates, by hand-worked numbers; the constants
+against the committed measurements; the predictions against the CPU rehearsal; the full profile's defaults fit;
+the README's tables are the model's."""
 
 from __future__ import annotations
 
@@ -77,7 +79,9 @@ def test_gpu_plan_colocated_and_on_a_second_gpu_by_hand():
     crowded = cost.gpu_plan(shape, 1, 0, 0, share=0.9, device_bytes=80 * GiB)
     assert not crowded.fits  # 72 + 14 > 80
     second = cost.gpu_plan(shape, 1, 0, 0, share=0.9, colocated=False, device_bytes=80 * GiB)
-    assert second.fits and (second.generation_peak, second.training_peak) == (int(0.9 * 80 * GiB), 20 * GiB)
+    # the engine alone on its GPU: its share and its process's CUDA context
+    assert second.fits and (second.generation_peak, second.training_peak) == (
+        int(0.9 * 80 * GiB) + cost.CUDA_CONTEXT_BYTES, 20 * GiB)
 
 
 def test_flops_and_the_generation_roofline_by_hand():
@@ -157,3 +161,140 @@ def test_the_readme_shows_the_current_tables():
     expected = bench.tables(bench.cpu_rows(json.loads((RESULTS / "rehearse.json").read_text())))
     assert bench.BEGIN + "\n" + expected + "\n" + bench.END in readme, \
         "README's cost tables are stale: run `python bench/cost_model.py --write-readme`"
+    # "What fits your card": the fit table and the 24 GB recipes, as hw3lib.core.preflight computes them
+    assert bench.FIT_BEGIN + "\n" + bench.fit_text() + "\n" + bench.FIT_END in readme, \
+        "README's fit table is stale: run `python bench/cost_model.py --write-readme`"
+
+
+# ---- hw3lib.core.memory: LoRA, gradient checkpointing, float32, engines, phases -------------------------------
+
+# A made-up model with LoRA's sizes: width 1,024 (activation factor 1), Qwen's vocabulary (logits factor 1),
+# 8 query heads and 2 KV heads of 128, MLP 2,048, 2 layers; 155,582,464 of its 400 M parameters are the embedding.
+LORA_TOY = cost.Shape("lora-toy", params=400_000_000, layers=2, hidden=1024, vocab=151936, kv_heads=2, head_dim=128,
+                      heads=8, intermediate=2048)
+# One GiB of parameters, no output head, no activations: every term a round number of GiB.
+ROUND = cost.Shape("round", params=GiB, layers=1, hidden=1, vocab=0, kv_heads=1, head_dim=1)
+
+
+def test_the_course_shapes_are_the_models_built_from_their_configs():
+    assert cost.COURSE_SHAPES == course_shapes()
+    qwen3 = cost.COURSE_SHAPES["Qwen/Qwen3-0.6B"]
+    assert (qwen3.max_positions, qwen3.heads, qwen3.intermediate) == (40960, 16, 3072)
+
+
+def test_lora_params_by_hand():
+    # per layer and unit of rank: q 1,024+1,024, k 1,024+256, v 1,024+256, o 1,024+1,024, gate and up 1,024+2,048
+    # each, down 2,048+1,024 = 15,872; rank 4, 2 layers: 2 x 4 x 15,872
+    assert cost.lora_params(LORA_TOY, 4) == 126_976
+    assert cost.lora_params(LORA_TOY, 4, ("q_proj", "v_proj")) == 2 * 4 * (2048 + 1280)
+    # Qwen3-0.6B: 7 x 1,024 + 2 x 2,048 + 2 x 1,024 + 3 x 3,072 = 22,528 per unit of rank and layer
+    shapes = course_shapes()
+    assert cost.lora_params(shapes["Qwen/Qwen3-0.6B"], 16) == 28 * 16 * 22_528 == 10_092_544
+    # Qwen2.5-Math-1.5B: 7 x 1,536 + 2 x 1,536 + 2 x 256 + 3 x 8,960 = 41,216
+    assert cost.lora_params(shapes["Qwen/Qwen2.5-Math-1.5B"], 16) == 28 * 16 * 41_216
+    # peft's own count of trainable parameters at Qwen3-0.6B's width (bench/results/bench_lora.json, measured)
+    measured = {(row["layers"], row["lora_rank"]): row["trainable_params"]
+                for row in json.loads((RESULTS / "bench_lora.json").read_text())["results"]}
+    for layers in (2, 4):
+        shape = cost.Shape("q", 0, layers, 1024, 151936, 8, 128, heads=16, intermediate=3072)
+        assert cost.lora_params(shape, 16) == measured[(layers, 16)]
+    with pytest.raises(ValueError, match="lm_head"):
+        cost.lora_params(LORA_TOY, 4, ("lm_head",))
+    with pytest.raises(ValueError, match="from_config"):
+        cost.lora_params(TOY, 4)
+
+
+def test_lora_trainer_parts_by_hand():
+    parts = cost.trainer_parts(LORA_TOY, micro_tokens=10, micro_response_tokens=4, monitor_kl=True, lora_rank=4)
+    adapters = 126_976
+    assert parts["masters"] == 4 * (400_000_000 + adapters)  # the frozen float32 base and the adapters' masters
+    assert (parts["adam"], parts["grads"]) == (8 * adapters, 4 * adapters)  # adapters only
+    assert parts["autocast_copies"] == 2 * (400_000_000 + adapters)  # each frozen weight's cast saved for backward
+    assert parts["output_head_gradient"] == 0 and parts["reference"] == 0  # frozen head; KL from the frozen base
+    # each layer saves its inputs once more for the adapters: 2 bytes x (6 x 1,024 + 2,048) = 16,384 per token;
+    # 10 tokens x 2 layers x (82,100 + 16,384) + 4 response tokens x 2 x 314,400
+    assert cost.lora_activation_bytes_per_token_layer(LORA_TOY) == 16_384
+    assert parts["activations"] == 10 * 2 * (82_100 + 16_384) + 4 * 2 * 314_400 == 4_484_880
+    assert cost.trainer_resident_between_steps(parts) == 4 * (400_000_000 + adapters) + 8 * adapters
+
+
+def test_gradient_checkpointing_by_hand():
+    # kept: each layer's float32 input, 10 tokens x 2 layers x 4 bytes x 1,024; plus one layer recomputed
+    # (10 x 82,100) and the logits (unchanged: the head is outside the checkpointed layers)
+    assert cost.activation_bytes(TOY, 10, 4, checkpointing=True) == 81_920 + 821_000 + 2_515_200
+    full = cost.trainer_parts(TOY, 10, 4, monitor_kl=False, checkpointing=True)
+    assert full["autocast_copies"] == 2000  # full fine-tuning: autocast caches every weight's copy anyway
+    # LoRA with checkpointing: only the head's and one layer's frozen copies are held at once:
+    # 2 x (155,582,464 + (400,000,000 - 155,582,464) // 2 layers + the adapters)
+    lora = cost.trainer_parts(LORA_TOY, 10, 4, monitor_kl=False, lora_rank=4, checkpointing=True)
+    assert lora["autocast_copies"] == 2 * (155_582_464 + 122_208_768 + 126_976) == 555_836_416
+    assert lora["activations"] == 81_920 + 10 * (82_100 + 16_384) + 2_515_200
+    # Qwen3-0.6B, a microbatch of 2 x (200 + 1,024) tokens: the layers' 5.6 GB become 0.48 GB
+    qwen3 = course_shapes()["Qwen/Qwen3-0.6B"]
+    logits = 2 * 2048 * cost.LOGITS_BYTES_PER_TOKEN
+    assert cost.activation_bytes(qwen3, 2448, 2048) == 2448 * 28 * 82_100 + logits
+    assert cost.activation_bytes(qwen3, 2448, 2048, checkpointing=True) == 2448 * 28 * 4096 + 2448 * 82_100 + logits
+
+
+def test_float32_training_by_hand():
+    parts = cost.trainer_parts(TOY, 10, 4, monitor_kl=True, precision="float32")
+    assert parts["autocast_copies"] == 0 and parts["reference"] == 4000  # no autocast; a float32 reference
+    assert parts["output_head_gradient"] == 4 * 151936 * 1024  # the head's gradient straight in float32
+    assert parts["activations"] == 2 * (10 * 2 * 82_100) + 2 * (4 * 2 * 314_400)  # twice the bf16 bytes
+    lora = cost.trainer_parts(LORA_TOY, 10, 4, monitor_kl=False, lora_rank=4, precision="float32")
+    assert lora["autocast_copies"] == 0  # and no second cast of the adapters' inputs
+    assert lora["activations"] == 2 * (10 * 2 * 82_100) + 2 * (4 * 2 * 314_400)
+
+
+def test_engine_needs_by_hand():
+    qwen3 = course_shapes()["Qwen/Qwen3-0.6B"]
+    # bf16 weights + the workspace + one sequence of the model's own 40,960 tokens at 114,688 bytes each
+    assert cost.engine_needs(qwen3, cost.Engine()) == 2 * 596_049_920 + 2 * GiB + 40_960 * 114_688
+    assert cost.engine_needs(qwen3, cost.Engine(max_model_len=1280)) == 2 * 596_049_920 + 2 * GiB + 1280 * 114_688
+    # a float32 engine: weights and cache twice
+    assert cost.engine_needs(qwen3, cost.Engine(max_model_len=1280, dtype="float32")) == \
+        4 * 596_049_920 + 2 * GiB + 2 * 1280 * 114_688
+    assert cost.engine_needs(qwen3, cost.Engine("transformers")) == 0  # no share to hold
+
+
+def test_training_plans_by_hand():
+    trainer = cost.Trainer(micro_batch=1, prompt_tokens=0, response_tokens=0)
+    # ROUND's trainer: peak 4 + 8 + 4 + 2 = 18 GiB + 2 GiB runtime; resident 4 + 8 = 12 GiB + 2 GiB runtime
+    plan = cost.grpo_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB)
+    # generation: 14 GiB + the engine's 40; training: 20 GiB + the sleeping engine's 2
+    assert plan.peaks == {"generation": 54 * GiB, "training": 22 * GiB} and plan.fits
+    assert plan.engine_needs == 4 * GiB  # 2 GiB of bf16 weights + 2 GiB workspace (no context: max_positions 0)
+    assert (plan.min_share, plan.max_share) == (0.05, 0.82)  # 4 / 80; (80 - 14) / 80 = 0.825 rounded down
+    assert cost.sft_plan(ROUND, trainer, cost.Engine(), 80 * GiB).peaks == {"validation": 54 * GiB,
+                                                                              "training": 22 * GiB}
+    assert cost.ei_plan(ROUND, trainer, cost.Engine(), 80 * GiB).peaks == {"sampling": 54 * GiB, "sft": 22 * GiB}
+    # on two GPUs: the engine alone (its share + its process's 0.5 GiB context), the trainer alone
+    apart = cost.grpo_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB, colocated=False)
+    assert apart.peaks == {"generation (engine's GPU)": 40 * GiB + GiB // 2, "training (policy's GPU)": 20 * GiB}
+    # an engine too small for its weights and workspace: 0.04 x 80 = 3.2 GiB < 4 GiB
+    assert not plan.with_share(0.04).fits and plan.with_share(0.05).fits
+
+
+def test_evaluation_async_and_transformers_plans_by_hand():
+    trainer = cost.Trainer(1, 0, 0)
+    # evaluation: the engine's 0.75 x 80 = 60 GiB and its process's context
+    assert cost.eval_plan(ROUND, cost.Engine(share=0.75), 80 * GiB).peaks == {"evaluation": 60 * GiB + GiB // 2}
+    # async on one GPU at 0.5: training = the learner's 20 + its sleeping engine's 2 + the generator's 0.5 + 40;
+    # validation = the learner's resident 14 + 0.5 + both engines awake, 80
+    same = cost.async_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB)
+    assert same.peaks == {"training": 62 * GiB + GiB // 2, "validation": 94 * GiB + GiB // 2} and not same.fits
+    # the largest share: min((80 - 22.5) / 80, (80 - 14.5) / (2 x 80)) = min(0.71875, 0.409375) -> 0.40
+    assert same.max_share == 0.4 and same.with_share(0.4).fits
+    # async on two GPUs: the learner's engine sits on the rollout GPU too, awake: 2 x 0.5 GiB + 2 x 40 GiB
+    apart = cost.async_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB, same_gpu=False)
+    assert apart.peaks == {"generation and validation (engine's GPU)": 81 * GiB, "training (policy's GPU)": 20 * GiB}
+    assert apart.max_share == 0.49  # (80 - 1) / 160 = 0.49375
+    # the transformers engine (no share): its bf16 weights, and while generating 2 rows x (3 + 5) tokens x
+    # 4 bytes of KV per token (2 x 1 layer x 1 head x 1 x 2 bytes); asleep it keeps its weights
+    engine = cost.Engine("transformers", batch=2, prompt_tokens=3, max_tokens=5)
+    plan = cost.grpo_plan(ROUND, trainer, engine, 80 * GiB)
+    assert plan.peaks == {"generation": 14 * GiB + 2 * GiB + 64, "training": 20 * GiB + 2 * GiB} and plan.fits
+    # a float32 engine wrapping the policy: no weights of its own, a float32 cache
+    wrapped = cost.grpo_plan(ROUND, trainer, cost.Engine("transformers", dtype="float32", batch=2, prompt_tokens=3,
+                                                         max_tokens=5, wraps_policy=True), 80 * GiB)
+    assert wrapped.peaks == {"generation": 14 * GiB + 128, "training": 20 * GiB}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hw3lib.core.course import COURSE_NAMES, SECTIONS, get_course, section_table
+from hw3lib.core.course import COURSE_NAMES, SECTIONS, get_course, section_table, sections_to_run
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.sft.config import EIConfig, SFTConfig
 
@@ -139,3 +139,29 @@ def test_each_course_has_its_own_runs_folder(tmp_path, monkeypatch):
     assert runs_dir() == tmp_path / "runs"  # the default course keeps the folder the workbook always used
     monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
     assert runs_dir() == tmp_path / "runs" / "math-qwen2.5" and runs_dir().is_dir()
+
+
+def test_sections_to_run_the_handouts_in_full_and_everything_in_smoke(monkeypatch):
+    """Issue 41: Run-All on a GPU started every section, extras included; in full the extras are opt-in, in smoke
+    (CI) every path still runs by default."""
+    for variable in ("HW3_EXTRAS", "HW3_REHEARSAL"):
+        monkeypatch.delenv(variable, raising=False)
+    gsm8k, math = get_course("gsm8k-qwen3"), get_course("math-qwen2.5")
+    assert sections_to_run(gsm8k, "full") == set(gsm8k.sections) and "leaderboard" not in sections_to_run(gsm8k, "full")
+    assert sections_to_run("math-qwen2.5", "full") == set(math.sections)
+    assert sections_to_run(gsm8k, "smoke") == sections_to_run(math, "smoke") == set(SECTIONS)
+    assert sections_to_run(gsm8k, "full", extras=True) == set(SECTIONS)
+    assert sections_to_run(gsm8k, "smoke", extras=False) == set(gsm8k.sections)  # the parameter wins over the profile
+    monkeypatch.setenv("HW3_EXTRAS", "1")
+    assert sections_to_run(gsm8k, "full") == set(SECTIONS)
+    assert sections_to_run(gsm8k, "full", extras=False) == set(gsm8k.sections)  # and over the environment
+    monkeypatch.setenv("HW3_EXTRAS", "no")
+    assert sections_to_run(math, "smoke") == set(math.sections)
+    monkeypatch.setenv("HW3_EXTRAS", "maybe")
+    with pytest.raises(ValueError, match="HW3_EXTRAS='maybe'"):
+        sections_to_run(math, "smoke")
+    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
+    assert sections_to_run(None, "full", extras=False) == set(math.sections)  # None: the course from $HW3_COURSE
+    monkeypatch.delenv("HW3_EXTRAS")
+    monkeypatch.setenv("HW3_REHEARSAL", "1")  # the full profile's CPU rehearsal (CI): every path, as in smoke
+    assert sections_to_run(gsm8k, "full") == set(SECTIONS)

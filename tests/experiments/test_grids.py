@@ -108,8 +108,23 @@ def test_full_versions_use_the_course_sizes():
                                                       1024, 1024, "Qwen/Qwen3-0.6B")
     rates = sorted(c.learning_rate for c in build_grid("learning_rate", "full").configs.values())
     assert len(rates) >= 5 and 1e-5 in rates and rates[0] < 1e-5 and rates[-1] >= 1e-3  # the top one diverges
-    leaderboard = build_grid("leaderboard", "full", choices=CHOICES).base
-    assert leaderboard.dataset == "math" and leaderboard.model == "Qwen/Qwen2.5-Math-1.5B"
+
+
+@pytest.mark.parametrize("course, dataset, model", [("gsm8k-qwen3", "gsm8k", "Qwen/Qwen3-0.6B"),
+                                                    ("math-qwen2.5", "math", "Qwen/Qwen2.5-Math-1.5B")])
+def test_the_leaderboard_runs_on_the_courses_data_and_model(course, dataset, model, monkeypatch):
+    """Issue 41: the full leaderboard was forced onto MATH with the MATH model whatever the course, so the GSM8K
+    course's notebook 05 stopped near its end without $HW3_MATH_DATA."""
+    from hw3lib.experiments.grids import grid_base
+
+    monkeypatch.setenv("HW3_COURSE", course)
+    for variable in ("HW3_MODEL", "HW3_MATH_MODEL"):
+        monkeypatch.delenv(variable, raising=False)
+    base = grid_base("leaderboard", "full")
+    assert (base.dataset, base.model) == (dataset, model)
+    assert config_key(base.to_dict()) == config_key(common_base("full").replace(name="base").to_dict())
+    best = build_grid("leaderboard", "full", choices=CHOICES).configs["best"]
+    assert (best.dataset, best.model) == (dataset, model)
 
 
 def test_dependent_grids_need_their_choices_and_seeds_repeat_configs():

@@ -118,7 +118,27 @@ def test_sleep_and_wake_are_noops_on_cpu(engine, prompts):
     expected = engine.generate(prompts[:1], SamplingConfig(temperature=0, max_tokens=8, stop=()))
     engine.sleep()
     engine.wake_up()
+    engine.sleep(level=2)
+    engine.wake_up(tags=["weights"])
+    engine.wake_up(tags=["kv_cache"])
+    engine.reset_prefix_cache()
     assert engine.generate(prompts[:1], SamplingConfig(temperature=0, max_tokens=8, stop=())) == expected
+
+
+def test_colocated_push_sequence_on_the_real_engine(engine, hf_engine, prompts):
+    """The colocated trainer's sequence (hw3lib.generation: sleep level 2, wake weights, reload, wake KV cache,
+    reset the prefix cache) runs on the real engine -- the sleeps are no-ops on CPU -- and lands the weights."""
+    from hw3lib.generation import push_weights, sleep_for_training
+
+    greedy = SamplingConfig(temperature=0, max_tokens=24, stop=())
+    original = hf_engine.model
+    perturbed = perturbed_copy(original).eval()
+    expected = [reference_greedy(perturbed, hf_engine.tokenizer, p, 24) for p in prompts]
+    engine.generate(prompts, greedy)  # prefixes cached under the original weights
+    sleep_for_training(engine, colocated=True)
+    assert push_weights(engine, perturbed.state_dict().items(), colocated=True) == len(perturbed.state_dict())
+    assert [s[0].token_ids for s in engine.generate(prompts, greedy)] == expected
+    push_weights(engine, original.state_dict(), colocated=True)
 
 
 def test_bad_inputs(engine, lively_dir, tmp_path):

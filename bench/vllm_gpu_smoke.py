@@ -1,0 +1,31 @@
+"""The first script to run on a new GPU: the vLLM rollout cycle in about a minute (same as `hw3 doctor`).
+
+Run from the repository root:
+
+    python bench/vllm_gpu_smoke.py                          # the tiny model, on the GPU torch sees (else CPU)
+    python bench/vllm_gpu_smoke.py --json bench/results/vllm_gpu_smoke.json
+    python bench/vllm_gpu_smoke.py --model Qwen/Qwen3-0.6B  # the full profile's model (from the hub)
+
+It starts vLLM on a small model, generates, sleeps, wakes up, pushes new weights, generates again
+(the log-probs must move), pushes the original weights back (they must come back), closes the engine
+(the memory must come back), and reports the versions, the device's compute capability and the dtype
+it allows. The checks live in hw3lib.generation.doctor (this script only calls them, so it cannot drift
+from the command); what each line means and what to do when one fails: docs/gpu_first_session.md.
+Exit code 1 when a check failed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if __name__ == "__main__":
+    import typer
+
+    from hw3lib.generation.doctor import register
+
+    app = typer.Typer(add_completion=False, help=__doc__)
+    register(app, "vllm-gpu-smoke")
+    app()

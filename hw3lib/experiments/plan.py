@@ -1,0 +1,276 @@
+"""What a notebook is about to run and what it will cost, printed before it starts any GPU work.
+
+`notebook_plan(notebook, profile, course, extras)` lists the runs and grids that notebook 01, 02, 04 or 05 starts in
+the full profile -- only the sections `hw3lib.core.course.sections_to_run` chose -- each with its estimated
+GPU-hours (hw3lib.core.cost: every response at the token budget, an upper bound, and at half of it), their total,
+and the sections it skips as extras with how to opt in. Runs that already finished are read back, not rerun, so the
+estimate is a fresh start's. In the smoke profile (and the full profile's CPU rehearsal) nothing runs on a GPU and
+`Plan.text()` says so in one line (plus the skipped sections, if any). The estimates are for the detected card where hw3lib.core.preflight can tell, else
+for an H100 (`plan_accelerator`, the one place that asks). `skipped_note(section, course)` is the line a notebook
+prints in place of a section it skips; `profile_line(prof)` the setup cell's line naming the profile and why.
+
+bench/cost_model.py prints the same estimates for every section of both courses (the README's table).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hw3lib.core import cost
+from hw3lib.core.course import SECTIONS, Course, get_course, sections_to_run
+
+PROMPT_TOKENS = 200  # stated assumption (as bench/cost_model.py): the R1-Zero template (~120 tokens) plus a question
+GSM8K_TEST_QUESTIONS, MATH_TEST_QUESTIONS = 1319, 5000  # the published test splits, when no file says otherwise
+# The sections each notebook can run, in its order (the KL-drift grid runs in notebook 05).
+NOTEBOOK_SECTIONS = {"01": ("zero_shot",), "02": ("best_of_n",), "04": ("grpo_loop", "keyword", "async_grpo"),
+                     "05": ("ablations", "kl_drift", "leaderboard", "sft", "expert_iteration")}
+OPT_IN = "set `extras = True` in the notebook's parameters cell (or HW3_EXTRAS=1)"
+BEYOND_HANDOUTS = "the `algorithms` grid (beyond the handouts)"
+# How a skipped section is named where SECTIONS' words would mislead: the KL-drift section is a grid of notebook 05.
+SECTION_WORDS = {"kl_drift": "the `kl_drift` grid (KL to the initial policy)", "leaderboard": "the `leaderboard` grid"}
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    section: str
+    """The workbook section it belongs to (a key of hw3lib.core.course.SECTIONS; `algorithms`: beyond them)."""
+    what: str
+    hours: tuple[float, float] | None
+    """Estimated GPU-hours, every response at the token budget (an upper bound) and at half of it; None: a model
+    too small for the cost model to matter (minutes)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    notebook: str
+    profile: str
+    """`full`, or where the notebook runs without a GPU in words (`smoke profile`, a rehearsal)."""
+    course: Course
+    card: str
+    """Which card the estimates are for, in words ("estimated on an H100")."""
+    items: tuple[PlanItem, ...]
+    skipped: tuple[str, ...]
+    """What the notebook skips as extras for this course, in words."""
+
+    @property
+    def total(self) -> tuple[float, float]:
+        hours = [item.hours for item in self.items if item.hours is not None]
+        return sum(h[0] for h in hours), sum(h[1] for h in hours)
+
+    def text(self) -> str:
+        """The plan in a few lines (smoke: one line, plus the skipped sections if any)."""
+        skipped = [f"Skipped as extras for the {self.course.title} course: {'; '.join(self.skipped)}. To run them, "
+                   f"{OPT_IN}."] if self.skipped else []
+        if self.profile != "full":
+            return "\n".join([f"{self.profile}: CPU only, no GPU work.", *skipped])
+        width = max([len(item.what) for item in self.items] + [5])
+        head = (f"Notebook {self.notebook}, full profile, {self.course.title}: what it runs and its GPU-hours, "
+                f"{self.card} (every response at the token budget / at half of it; from hw3lib.core.cost):")
+        rows = [f"  {item.what:{width}s}  {_hours(item.hours)}" for item in self.items]
+        return "\n".join([head, *rows, f"  {'total':{width}s}  {_hours(self.total)}", *skipped,
+                          "Runs that already finished are read back, not rerun: the estimate is a fresh start's."])
+
+
+def _hours(hours: tuple[float, float] | None) -> str:
+    if hours is None:
+        return "minutes (a tiny model)"
+    return " / ".join(f"{h:.1f}" if h >= 1 else f"{h:.2f}" for h in hours) + " h"
+
+
+def skipped_note(section: str | None, course: Course | str | None = None) -> str:
+    """The line a notebook prints in place of `section` (None: the `algorithms` grid) when it skips it as an extra."""
+    crs = course if isinstance(course, Course) else get_course(course)
+    what = BEYOND_HANDOUTS if section is None else section_words(section)
+    return f"Skipped: {what} is an extra for the {crs.title} course. To run it, {OPT_IN} and run again."
+
+
+def section_words(section: str) -> str:
+    """A section as the plan and the skip notes name it."""
+    return SECTION_WORDS.get(section, f'section "{SECTIONS[section]}"')
+
+
+def profile_line(prof) -> str:
+    """One line for a notebook's setup cell: the profile and why it was chosen (`Profile.reason`, where the profile
+    records one), so a profile is never switched silently."""
+    reason = getattr(prof, "reason", "")
+    return f"profile {prof.name}" + (f": {reason}" if reason else "")
+
+
+def plan_accelerator(device=None) -> tuple[cost.Accelerator, str]:
+    """The card the estimates are for, and the words that say so: the detected (or $HW3_SIMULATE_GPU's simulated)
+    GPU's datasheet figures from hw3lib.core.preflight (`device`: a DeviceInfo it returned; None: detect), an H100
+    without a GPU. The one place that asks which card this is."""
+    from hw3lib.core import preflight
+
+    info = device if device is not None else preflight.detect_device()
+    if info.kind != "cuda":
+        return cost.H100, "estimated on an H100 (no GPU detected)"
+    acc = preflight.accelerator_for(info)
+    return acc, f"estimated on the {'simulated' if info.simulated else 'detected'} {acc.name}"
+
+
+def notebook_plan(notebook: str, profile, course: Course | str | None = None, extras: bool | None = None,
+                  device=None) -> Plan:
+    """What notebook `notebook` ("01", "02", "04", "05") runs in `profile` (a Profile or its name) for `course`
+    with `extras` (see `sections_to_run`), and its estimated GPU-hours (full profile only)."""
+    from hw3lib.core.profile import get_profile
+    from hw3lib.experiments.parallel import grids_to_run
+
+    if notebook not in NOTEBOOK_SECTIONS:
+        raise ValueError(f"no plan for notebook {notebook!r}: choose one of {', '.join(NOTEBOOK_SECTIONS)}")
+    prof = get_profile(profile) if profile is None or isinstance(profile, str) else profile
+    crs = course if isinstance(course, Course) else get_course(course)
+    run = sections_to_run(crs, prof.name, extras)
+    skipped = [section_words(s) for s in NOTEBOOK_SECTIONS[notebook] if s not in run]
+    if notebook == "05" and "algorithms" not in grids_to_run(run):
+        skipped.append(BEYOND_HANDOUTS)
+    if prof.name != "full" or getattr(prof, "rehearsal", False):  # nothing runs on a GPU
+        where = "full profile at rehearsal scale ($HW3_REHEARSAL=1)" if prof.name == "full" else f"{prof.name} profile"
+        return Plan(notebook, where, crs, "", (), tuple(skipped))
+    acc, card = plan_accelerator(device)
+    items = ITEMS[notebook](prof, crs, run, acc)
+    return Plan(notebook, prof.name, crs, card, tuple(items), tuple(skipped))
+
+
+# ---- the items of each notebook (full profile) ------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _shapes() -> dict:
+    from hw3lib.models.real_shape import course_shapes
+
+    return course_shapes()
+
+
+def shape_for(model: str, crs: Course):
+    """The cost model's Shape of `model`: a course model by its hub id; any other (a local folder, $HW3_MODEL) as the
+    course's own model, whose shape the full profile assumes."""
+    from hw3lib.core.profile import get_profile
+
+    shapes = _shapes()
+    default = get_profile("full").math_model if crs.uses_math_model else "Qwen/Qwen3-0.6B"
+    return shapes.get(model, shapes.get(default, shapes["Qwen/Qwen3-0.6B"]))
+
+
+def _lengths(budget: int) -> tuple[int, int]:
+    return budget, budget // 2
+
+
+def count_test_questions(crs: Course, limit: int | None = None) -> int:
+    """How many test questions the course's evaluation reads: its file's lines when it is here (GSM8K's, or the
+    MATH file $HW3_MATH_DATA names), else the published split's size; at most `limit`."""
+    from hw3lib.core.io import DataFileError
+    from hw3lib.tasks.data import gsm8k_path, math_source_file
+
+    try:
+        path = gsm8k_path("test") if crs.dataset == "gsm8k" else math_source_file("math", "test")
+    except DataFileError:
+        path = None
+    if path is not None and path.is_file():
+        count = sum(1 for line in path.open(encoding="utf-8") if line.strip())
+    else:
+        count = GSM8K_TEST_QUESTIONS if crs.dataset == "gsm8k" else MATH_TEST_QUESTIONS
+    return min(count, limit) if limit else count
+
+
+def _evaluation(prof, crs: Course, samples: int, limit: int | None, acc) -> tuple[int, tuple[float, float]]:
+    questions, shape = count_test_questions(crs, limit), shape_for(crs.model_for(prof), crs)
+    return questions, tuple(cost.evaluation_gpu_hours(shape, questions, samples, PROMPT_TOKENS, n, acc)
+                            for n in _lengths(prof.eval_max_tokens))
+
+
+def _grpo_hours(configs, crs: Course, acc) -> tuple[float, float]:
+    """GPU-hours of GRPO runs, each at its own token budget and half of it."""
+    return tuple(sum(cost.run_gpu_hours(c, shape_for(c.model, crs), PROMPT_TOKENS, _lengths(c.sampling_max_tokens)[i],
+                                        acc) for c in configs) for i in (0, 1))
+
+
+def _items_01(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
+    questions, hours = _evaluation(prof, crs, 1, prof.eval_examples, acc)
+    return [PlanItem("zero_shot", f"zero-shot, {questions} test questions x 1 sample", hours)]
+
+
+def _items_02(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
+    if "best_of_n" not in run:
+        return []
+    questions, hours = _evaluation(prof, crs, prof.best_of_n, prof.best_of_n_examples, acc)
+    zero_questions, zero_hours = _evaluation(prof, crs, 1, prof.best_of_n_examples, acc)
+    return [PlanItem("best_of_n", f"Best-of-N, {questions} test questions x {prof.best_of_n} samples", hours),
+            PlanItem("best_of_n", f"pass@1 check, {zero_questions} x 1 (notebook 01's run, read back if done)",
+                     zero_hours)]
+
+
+def _items_04(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
+    from hw3lib.grpo.async_report import schedule_comparison
+    from hw3lib.grpo.config import GRPOConfig
+
+    cfg = GRPOConfig.for_profile("full", course=crs.name)
+    items = [PlanItem("grpo_loop", f"one GRPO run, {cfg.n_grpo_steps} steps", _grpo_hours([cfg], crs, acc))]
+    if "keyword" in run:
+        items.append(PlanItem("keyword", "keyword inclusion: SFT and 2 GRPO runs of a 0.1M-parameter model", None))
+    if "async_grpo" in run:
+        with course_environment(crs):
+            async_cfg, schedules = schedule_comparison("full")
+        items.append(PlanItem("async_grpo", f"async GRPO, {len(schedules)} schedules x {async_cfg.n_grpo_steps} steps "
+                                            "(as if run synchronously: an upper bound)",
+                              _grpo_hours([async_cfg] * len(schedules), crs, acc)))
+    return items
+
+
+def _items_05(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
+    from hw3lib.experiments.parallel import GRID_SECTIONS, grids_to_run
+
+    items = []
+    for name in grids_to_run(run):
+        configs = grid_configs(name, crs)
+        steps = "/".join(str(s) for s in sorted({c.n_grpo_steps for c in configs}))
+        items.append(PlanItem(GRID_SECTIONS[name] or "algorithms", f"grid `{name}`, {len(configs)} run(s) x {steps} "
+                                                                   "steps", _grpo_hours(configs, crs, acc)))
+    if {"sft", "expert_iteration"} & run:  # notebook 05 runs the two together (one reading compares them)
+        items += _sft_ei_items(crs, acc)
+    return items
+
+
+def _sft_ei_items(crs: Course, acc) -> list[PlanItem]:
+    from hw3lib.sft.config import EIConfig, SFTConfig
+    from hw3lib.sft.experiments import EI_VARIANTS, SFT_SIZES, ei_variant_configs, sft_size_configs
+
+    sft = list(sft_size_configs(SFTConfig.for_profile("full", course=crs.name), SFT_SIZES).values())
+    ei = list(ei_variant_configs(EIConfig.for_profile("full", course=crs.name), EI_VARIANTS).values())
+    hours = [tuple(sum(function(c, shape_for(c.model, crs), PROMPT_TOKENS, _lengths(c.sampling_max_tokens)[i], acc)
+                       for c in configs) for i in (0, 1))
+             for function, configs in ((cost.sft_gpu_hours, sft), (cost.ei_gpu_hours, ei))]
+    return [PlanItem("sft", f"SFT, {len(sft)} runs x {sft[0].n_sft_steps} steps", hours[0]),
+            PlanItem("expert_iteration", f"expert iteration, {len(ei)} runs (every rollout kept: an upper bound)",
+                     hours[1])]
+
+
+ITEMS = {"01": _items_01, "02": _items_02, "04": _items_04, "05": _items_05}
+
+
+@contextmanager
+def course_environment(crs: Course) -> Iterator[None]:
+    """$HW3_COURSE set to `crs` for the block: the grids and schedules take the course from it, as the notebooks'
+    worker processes do."""
+    saved = os.environ.get("HW3_COURSE")
+    os.environ["HW3_COURSE"] = crs.name
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("HW3_COURSE", None)
+        else:
+            os.environ["HW3_COURSE"] = saved
+
+
+def grid_configs(name: str, crs: Course) -> list:
+    """A grid's full-profile configs for the course; a grid that picks up earlier grids' winners gets the base's own
+    settings as winners (the on-policy point), so its size and length are what it will run."""
+    from hw3lib.experiments.grids import GRIDS, build_grid
+
+    choices = {"top": [{}, {}], "off_policy": {}, "settings": {}} if GRIDS[name][3] else None
+    with course_environment(crs):
+        return list(build_grid(name, "full", choices=choices).configs.values())

@@ -1,0 +1,57 @@
+"""Walk the workbook in the full profile at rehearsal scale, on a CPU: what `make test` (CI) and `make rehearse` run.
+
+The full profile is what students run on their GPU, and a branch that only the full profile takes must never
+again be written without being executed. `python -m hw3lib.workbook.rehearse --course NAME [--only 01,04]`
+executes the notebooks (hw3lib.workbook.run, papermill) with
+
+- `HW3_PROFILE=full` and `HW3_REHEARSAL=1`: the full profile's configs, engine (vLLM's CPU build), precision
+  and control flow, with small random-weight stand-ins of the course's models (hw3lib.models.stand_in) and the
+  counts cut (hw3lib.core.profile._rehearsal, the configs' `_REHEARSAL` settings);
+- `HW3_SIMULATE_GPU` (default `H100-80GB`): the preflight and the cost printouts see that card, and check the
+  real models' memory on it;
+- `HW3_COURSE_GRADER`: a stand-in grader (random weights never answer right; hw3lib.models.real_shape);
+- `HW3_MATH_DATA`: the MATH course's data as generated MATH-format records (no MATH data here);
+
+then builds the writeup and checks it. Outputs go where $HW3_OUTPUT_DIR / $HW3_RUNS_DIR say: run it under
+`python -m hw3lib.workbook.isolated` (as the Makefile does) to keep a workbook's own runs untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+DEFAULT_CARD = "H100-80GB"
+
+
+def rehearsal_env(folder: Path, card: str = DEFAULT_CARD) -> dict[str, str]:
+    """The environment variables of a rehearsal whose generated files (grader, MATH data) go to `folder`."""
+    from hw3lib.models.real_shape import write_stand_in_grader
+    from hw3lib.tasks.math_synthetic import write_math_task
+
+    math_folder = folder / "math"
+    write_math_task(math_folder, n_train=256, n_test=64, seed=0, small=True)
+    return {"HW3_PROFILE": "full", "HW3_REHEARSAL": "1", "HW3_SIMULATE_GPU": card,
+            "HW3_COURSE_GRADER": str(write_stand_in_grader(folder)), "HW3_MATH_DATA": str(math_folder)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--course", default=None, help="the course whose notebooks are walked (default: $HW3_COURSE)")
+    parser.add_argument("--only", default="", help="comma-separated notebook numbers, e.g. 01,04")
+    parser.add_argument("--card", default=DEFAULT_CARD, help="the simulated GPU ($HW3_SIMULATE_GPU), e.g. L4-24GB")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hw3_rehearsal_") as folder:
+        os.environ.update(rehearsal_env(Path(folder), args.card))
+        if args.course:
+            os.environ["HW3_COURSE"] = args.course
+        from hw3lib.workbook.run import main as run_workbook
+
+        return run_workbook(["--profile", "full"] + (["--only", args.only] if args.only else []))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
