@@ -15,7 +15,7 @@ export HW3_CACHE_DIR ?= $(abspath .cache)
 export PYTHONHASHSEED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup sandbox-tools test workbook writeup clean
+.PHONY: setup sandbox-tools test rehearse workbook writeup clean
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,17 @@ test: setup
 	# built and checked.
 	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 HW3_COURSE=math-qwen2.5 $(PY) -m hw3lib.workbook.isolated \
 		$(PY) -m hw3lib.workbook.run
+	# The full profile -- what students run on their GPU -- walked notebook by notebook for both courses.
+	$(MAKE) --no-print-directory rehearse
+
+# The full profile at rehearsal scale on this CPU (hw3lib.workbook.rehearse): every notebook of each course with
+# the full profile's configs, vLLM (its CPU build), bf16, the colocated sleep/wake calls, the preflight on a
+# simulated H100 and the cost printouts, with small random-weight stand-ins of Qwen3-0.6B / Qwen2.5-Math-1.5B and
+# 1-2 short steps per run; then each course's writeup, built and checked.
+rehearse: setup
+	for course in gsm8k-qwen3 math-qwen2.5; do \
+		$(PY) -m hw3lib.workbook.isolated $(PY) -m hw3lib.workbook.rehearse --course $$course || exit 1; \
+	done
 
 workbook: setup
 	$(PY) -m hw3lib.workbook.run

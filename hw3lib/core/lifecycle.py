@@ -247,16 +247,31 @@ class TrainingRun:
         return read_result(self.run_dir, self.cfg, self.state)
 
 
+# begin_run's kinds, as the preflight names them (hw3lib.core.preflight.KINDS).
+PREFLIGHT_KINDS = {"GRPO": "grpo", "SFT": "sft", "expert iteration": "ei", "async GRPO": "async"}
+
+
 def begin_run(kind: str, cfg, resume: bool, overwrite: bool) -> tuple[Path, Path | None, RunResult | None]:
     """Print the run's folder and config, then apply the folder rules (`open_run`): `(run folder,
-    checkpoint to resume or None, the RunResult of a finished run to reuse or None)`."""
+    checkpoint to resume or None, the RunResult of a finished run to reuse or None)`. A run that will train
+    is checked by the preflight first (`check_fits`), before any model is loaded."""
     run_dir = run_folder(cfg)
     start_message(kind, cfg, run_dir)
     checkpoint, finished = open_run(run_dir, cfg, resume, overwrite)
     if finished is None:
+        check_fits(kind, cfg)
         return run_dir, checkpoint, None
     reuse_message(cfg, run_dir)  # nothing left to do: read it back, no model, no engine
     return run_dir, checkpoint, read_result(run_dir, cfg, finished)
+
+
+def check_fits(kind: str, cfg) -> None:
+    """The preflight of a run about to train (hw3lib.core.preflight): the card, the dtype it supports and the
+    memory model for this config on it; prints the one-line report, or raises PreflightError naming settings
+    that fit -- before the first byte is put on the GPU, never an out-of-memory error halfway through."""
+    from hw3lib.core.preflight import preflight
+
+    print(preflight(cfg, PREFLIGHT_KINDS[kind]).summary(), flush=True)
 
 
 def start_message(kind: str, cfg, run_dir: Path) -> None:

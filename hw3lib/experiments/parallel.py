@@ -87,6 +87,20 @@ def grid_workers(profile: str, gpus: Sequence[str] = (), workers: int | None = N
     return [{**slot, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for slot in slots]
 
 
+def check_grids_fit(grids: Sequence[str], profile: str, steps: int | None) -> None:
+    """The preflight (hw3lib.core.preflight) of every grid before any worker starts: each config of the grids
+    that need no earlier results, and the base of those that do (their configs change the loss or the schedule,
+    not the memory, beyond what the off-policy grid already checks). A config that does not fit the card stops
+    here with the settings that would, not in a worker's log hours later."""
+    from hw3lib.core.preflight import preflight
+    from hw3lib.experiments.grids import build_grid, grid_base
+
+    for name in grids:
+        configs = [grid_base(name, profile, steps)] if GRIDS[name][3] else build_grid(name, profile, steps).configs.values()
+        for cfg in configs:
+            preflight(cfg, "grpo")
+
+
 def run_grids_parallel(profile: str | None = None, steps: int | None = None, grids: Sequence[str] = ORDER,
                        workers: int | None = None, poll_s: float = 2.0) -> dict[str, GridResult]:
     """Run `grids` (in this order, prerequisites first), one per worker slot (`grid_workers`: full, one per
@@ -99,6 +113,7 @@ def run_grids_parallel(profile: str | None = None, steps: int | None = None, gri
         if name not in GRIDS:
             raise ValueError(f"unknown grid {name!r}: choose from {', '.join(GRIDS)}")
     profile = profile or default_profile_name()  # the workers run the profile chosen here, not their own guess
+    check_grids_fit(grids, profile, steps)
     slots = grid_workers(profile, visible_gpus() if profile == "full" else (), workers)
     logs = runs_dir() / "sweep_logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -100,9 +100,22 @@ def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "f
                             "then push the policy's weights with engine.load_weights(policy.state_dict().items())")
         from hw3lib.generation.vllm_engine import VLLMEngine
 
+        if kw.pop("check_fits", True):  # a training run's engine was checked with its run (hw3lib.core.lifecycle)
+            check_evaluation_fits(str(model), device, dtype, gpu_memory_utilization, kw.get("max_model_len"))
         return VLLMEngine(str(model), device=device, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                           seed=seed, **kw)
     raise ValueError(f"unknown engine kind {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
+
+
+def check_evaluation_fits(model: str, device: str, dtype: str, share: float, max_model_len: int | None) -> None:
+    """The preflight of an evaluation-only vLLM engine (notebooks 01 and 02, `hw3 eval`; hw3lib.core.preflight):
+    the card, its dtype and whether `share` of it holds the model's weights, workspace and one sequence. Prints
+    the one-line report, or raises PreflightError naming a share or `max_model_len` that fits."""
+    from hw3lib.core.preflight import EvalRequest, preflight
+
+    request = EvalRequest(model=model, gpu_memory_utilization=share, max_model_len=max_model_len, dtype=dtype,
+                          device=device)
+    print(preflight(request, "eval").summary(), flush=True)
 
 
 def training_engine(cfg, policy, tokenizer, initial_model: str, records: Sequence[dict] = ()):
@@ -141,7 +154,7 @@ def training_engine(cfg, policy, tokenizer, initial_model: str, records: Sequenc
     return make_engine("vllm", initial_model, device=rollout.type, dtype=cfg.dtype, seed=cfg.seed,
                        gpu_memory_utilization=cfg.gpu_memory_utilization, progress=False,
                        max_model_len=engine_max_model_len(cfg, tokenizer, initial_model, records),
-                       enable_sleep_mode=None if rollout == training else False)
+                       enable_sleep_mode=None if rollout == training else False, check_fits=False)
 
 
 def engine_max_model_len(cfg, tokenizer, initial_model: str, records: Sequence[dict]) -> int:

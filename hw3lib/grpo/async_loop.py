@@ -60,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_path
-from hw3lib.core.lifecycle import RunResult, open_run, read_result, reuse_message
+from hw3lib.core.lifecycle import RunResult, check_fits, open_run, read_result, reuse_message
 from hw3lib.core.runs import latest_checkpoint
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.replay import ReplayBuffer, merge_groups, split_groups
@@ -276,6 +276,7 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
     if finished_state is not None:
         reuse_message(cfg, run_dir)
         return read_result(run_dir, cfg, finished_state)
+    check_fits("async GRPO", cfg)  # on one GPU: the generator's engine awake beside the training learner
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / ASYNC_FILE, asdict(async_cfg))
 
