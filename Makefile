@@ -65,16 +65,20 @@ test: setup
 	# built and checked.
 	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 HW3_COURSE=math-qwen2.5 $(PY) -m hw3lib.workbook.isolated \
 		$(PY) -m hw3lib.workbook.run
-	# The full profile -- what students run on their GPU -- walked notebook by notebook for both courses.
-	$(MAKE) --no-print-directory rehearse
+	# The full profile -- what students run on their GPU -- walked notebook by notebook for both courses: each
+	# course's Run-All (its handout's sections); `make rehearse` adds the extras.
+	$(MAKE) --no-print-directory rehearse REHEARSE_EXTRAS=0
 
 # The full profile at rehearsal scale on this CPU (hw3lib.workbook.rehearse): every notebook of each course with
-# the full profile's configs, vLLM (its CPU build), bf16, the colocated sleep/wake calls, the preflight on a
-# simulated H100 and the cost printouts, with small random-weight stand-ins of Qwen3-0.6B / Qwen2.5-Math-1.5B and
-# 1-2 short steps per run; then each course's writeup, built and checked.
+# the full profile's configs, vLLM (its CPU build), bf16, the colocated sleep/wake calls, the preflight and the
+# cost printouts on two simulated H100s, with small random-weight stand-ins of Qwen3-0.6B / Qwen2.5-Math-1.5B and
+# 1-2 short steps per run; then each course's writeup, built and checked. REHEARSE_EXTRAS=1 (the default here):
+# every section, the extras included ($HW3_EXTRAS); 0: only each course's handout sections, as a student's Run-All.
+REHEARSE_EXTRAS ?= 1
 rehearse: setup
 	for course in gsm8k-qwen3 math-qwen2.5; do \
-		$(PY) -m hw3lib.workbook.isolated $(PY) -m hw3lib.workbook.rehearse --course $$course || exit 1; \
+		HW3_EXTRAS=$(REHEARSE_EXTRAS) $(PY) -m hw3lib.workbook.isolated $(PY) -m hw3lib.workbook.rehearse \
+			--course $$course || exit 1; \
 	done
 
 workbook: setup

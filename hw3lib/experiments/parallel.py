@@ -64,14 +64,19 @@ def grids_to_run(sections: Collection[str]) -> tuple[str, ...]:
 
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as a child's `CUDA_VISIBLE_DEVICES` names them: the entries of ours if it is
-    set (empty or -1: none), else torch's device indices."""
+    set (empty or -1: none), else torch's device indices, else (no GPU) the simulated cards of $HW3_SIMULATE_GPU."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is not None:
         entries = [entry.strip() for entry in value.split(",") if entry.strip()]
         return [] if entries[:1] == ["-1"] else entries
     import torch
 
-    return [str(index) for index in range(torch.cuda.device_count())]
+    if torch.cuda.is_available():
+        return [str(index) for index in range(torch.cuda.device_count())]
+    from hw3lib.core.preflight import detect_device
+
+    simulated = detect_device()  # the rehearsal's $HW3_SIMULATE_GPU cards: the same scheduling as on that node
+    return [str(index) for index in range(simulated.count)] if simulated.simulated else []
 
 
 def grid_workers(profile: str, gpus: Sequence[str] = (), workers: int | None = None,

@@ -128,10 +128,11 @@ def notebook_plan(notebook: str, profile, course: Course | str | None = None, ex
     skipped = [section_words(s) for s in NOTEBOOK_SECTIONS[notebook] if s not in run]
     if notebook == "05" and "algorithms" not in grids_to_run(run):
         skipped.append(BEYOND_HANDOUTS)
-    if prof.name != "full" or getattr(prof, "rehearsal", False):  # nothing runs on a GPU
-        where = "full profile at rehearsal scale ($HW3_REHEARSAL=1)" if prof.name == "full" else f"{prof.name} profile"
-        return Plan(notebook, where, crs, "", (), tuple(skipped))
+    if prof.name != "full":  # nothing runs on a GPU
+        return Plan(notebook, f"{prof.name} profile", crs, "", (), tuple(skipped))
     acc, card = plan_accelerator(device)
+    if prof.rehearsal:  # the same cost logic, over the rehearsal's own (shrunk) runs
+        card += ", for this CPU rehearsal's shrunk runs ($HW3_REHEARSAL=1; a course run is far longer)"
     items = ITEMS[notebook](prof, crs, run, acc)
     return Plan(notebook, prof.name, crs, card, tuple(items), tuple(skipped))
 

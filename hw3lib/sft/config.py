@@ -155,7 +155,7 @@ SFTConfig._REHEARSAL = {
     # Two optimizer steps of 4 traces in 2 microbatches, validated before and after (see RunConfig._REHEARSAL).
     "train_batch_size": 4, "gradient_accumulation_steps": 2, "lr_warmup_steps": 0,
 }
-SFTConfig._REHEARSAL_CAPS = {**SFTConfig._REHEARSAL_CAPS, "n_sft_steps": 2, "n_examples": 256}
+SFTConfig._REHEARSAL_CAPS = {**SFTConfig._REHEARSAL_CAPS, "n_sft_steps": 2, "n_examples": 64}
 EIConfig._REHEARSAL = {
     **EIConfig._REHEARSAL,
     # One round: 4 questions x 4 rollouts, SFT on the kept ones in microbatches of 2.

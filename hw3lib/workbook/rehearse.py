@@ -7,8 +7,10 @@ executes the notebooks (hw3lib.workbook.run, papermill) with
 - `HW3_PROFILE=full` and `HW3_REHEARSAL=1`: the full profile's configs, engine (vLLM's CPU build), precision
   and control flow, with small random-weight stand-ins of the course's models (hw3lib.models.stand_in) and the
   counts cut (hw3lib.core.profile._rehearsal, the configs' `_REHEARSAL` settings);
-- `HW3_SIMULATE_GPU` (default `H100-80GB`): the preflight and the cost printouts see that card, and check the
-  real models' memory on it;
+- `HW3_SIMULATE_GPU` (default two H100s): the preflight and the cost printouts see that card, and check the
+  real models' memory on it; notebook 05's scheduler starts one grid worker per simulated GPU;
+- vLLM engines without torch.compile (`enforce_eager`, hw3lib.generation.vllm_engine): the compile warm-up was
+  5.5 of 7.4 s per engine start on this CPU, and a walk starts about 70 engines;
 - `HW3_COURSE_GRADER`: a stand-in grader (random weights never answer right; hw3lib.models.real_shape);
 - `HW3_MATH_DATA`: the MATH course's data as generated MATH-format records (no MATH data here);
 
@@ -24,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-DEFAULT_CARD = "H100-80GB"
+DEFAULT_CARD = "2xH100-80GB"  # two cards: notebook 05 schedules one grid per GPU, two at a time, as on such a node
 
 
 def rehearsal_env(folder: Path, card: str = DEFAULT_CARD) -> dict[str, str]:

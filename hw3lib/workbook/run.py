@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from hw3lib.core.course import SECTIONS as SECTION_KEYS
 from hw3lib.core.profile import default_profile_name, rehearsal_requested
 from hw3lib.core.io import project_root, runs_dir
 
@@ -35,6 +36,23 @@ def run_notebook(path: Path, profile: str, out_dir: Path) -> Path:
         kernel_name="python3", progress_bar=False, log_output=False,
     )
     return out
+
+
+def section_was_run(title: str) -> bool:
+    """Whether the notebooks ran the writeup section `title` (hw3lib.workbook.writeup.SECTIONS): every section
+    in smoke; in the full profile those of the course's handout, and the extras when asked for
+    (hw3lib.core.course.sections_to_run, $HW3_EXTRAS)."""
+    from hw3lib.core.course import sections_to_run
+    from hw3lib.experiments.parallel import GRID_SECTIONS
+    from hw3lib.workbook.writeup import ANSWER_KEYS
+
+    to_run = sections_to_run(None, default_profile_name())
+    key = ANSWER_KEYS[title]
+    if key in GRID_SECTIONS:  # a grid: its section, or (beyond every handout) only with every section
+        return GRID_SECTIONS[key] in to_run if GRID_SECTIONS[key] is not None else to_run >= set(SECTION_KEYS)
+    if key == "sft_ei":  # notebook 05 runs SFT and expert iteration together (one reading compares them)
+        return bool({"sft", "expert_iteration"} & to_run)
+    return key in to_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pdf = build_writeup()
     print(f"writeup: {pdf}")
-    ran = sections_of_notebooks(nb.name[:2] for nb in selected)
+    ran = [title for title in sections_of_notebooks(nb.name[:2] for nb in selected) if section_was_run(title)]
     try:
         # The rehearsal runs every section a real GPU session would, so it must show them all, like smoke.
         check = check_writeup(pdf, must_be_run=ran if profile == "smoke" or rehearsal_requested() else ())

@@ -86,3 +86,29 @@ def test_dataset_validation_lists_the_choices(dataset):
     assert f"dataset={dataset!r}: choose gsm8k, arithmetic, math" in message
     for words in ("$HW3_MATH_DATA", ".jsonl file", "folder holding train.jsonl and test.jsonl", "hub dataset id"):
         assert words in message
+
+
+def test_the_full_profile_takes_the_dtype_the_gpu_supports(monkeypatch):
+    """Any CUDA GPU used to select bf16, which vLLM refuses below compute capability 8.0 (T4, V100)."""
+    from hw3lib.core import preflight
+    from hw3lib.core.profile import get_profile
+
+    monkeypatch.delenv("HW3_REHEARSAL", raising=False)
+    t4 = preflight.DeviceInfo(kind="cuda", name="Tesla T4", total_bytes=15 * 2**30, capability=(7, 5), count=1)
+    monkeypatch.setattr(preflight, "detect_device", lambda: t4)
+    prof = get_profile("full")
+    assert prof.dtype == "float32" and "8.0" in prof.reason
+    h100 = preflight.DeviceInfo(kind="cuda", name="NVIDIA H100", total_bytes=79 * 2**30, capability=(9, 0), count=1)
+    monkeypatch.setattr(preflight, "detect_device", lambda: h100)
+    assert get_profile("full").dtype == "bfloat16"
+
+
+def test_the_profile_says_why_it_was_chosen(monkeypatch):
+    from hw3lib.core.profile import get_profile
+
+    monkeypatch.setenv("HW3_PROFILE", "smoke")
+    assert get_profile().reason.startswith("HW3_PROFILE=smoke")
+    monkeypatch.delenv("HW3_PROFILE")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert get_profile().name == "smoke" and "no CUDA GPU is visible" in get_profile().reason
+    assert "the notebook's `profile` parameter" in get_profile("smoke").reason

@@ -164,7 +164,13 @@ def test_visible_gpus_from_cuda_visible_devices_else_torch(monkeypatch):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
         assert visible_gpus() == []
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert visible_gpus() == ["0", "1"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU: the rehearsal's simulated cards, or none
+    monkeypatch.delenv("HW3_SIMULATE_GPU", raising=False)
+    assert visible_gpus() == []
+    monkeypatch.setenv("HW3_SIMULATE_GPU", "2xH100-80GB")
     assert visible_gpus() == ["0", "1"]
 
 

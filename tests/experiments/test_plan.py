@@ -84,10 +84,15 @@ def test_smoke_says_in_one_line_that_nothing_runs_on_a_gpu():
     assert lines[0] == "smoke profile: CPU only, no GPU work." and "keyword inclusion" in lines[1] and len(lines) == 2
 
 
-def test_the_full_profiles_cpu_rehearsal_runs_every_section_and_no_gpu_work(monkeypatch):
-    monkeypatch.setenv("HW3_REHEARSAL", "1")  # what `make test` walks the notebooks in: every path, as smoke does
+def test_the_full_profiles_cpu_rehearsal_runs_the_same_plan_logic_at_its_own_size(monkeypatch):
+    course = notebook_plan("05", "full", "gsm8k-qwen3")
+    monkeypatch.setenv("HW3_REHEARSAL", "1")  # what `make test` walks the notebooks in: a student's Run-All, shrunk
+    monkeypatch.setenv("HW3_SIMULATE_GPU", "H100-80GB")
     plan = notebook_plan("05", "full", "gsm8k-qwen3")
-    assert plan.text() == "full profile at rehearsal scale ($HW3_REHEARSAL=1): CPU only, no GPU work."
+    assert [item.what.split(",")[0] for item in plan.items] == [item.what.split(",")[0] for item in course.items]
+    assert "x 2 steps" in plan.items[0].what and "x 200 steps" in course.items[0].what  # the same runs, shrunk
+    assert "rehearsal" in plan.text() and "simulated" in plan.text()
+    assert 0 < plan.total[0] < course.total[0] / 100  # 2 short steps per run, not 200
 
 
 def test_the_estimates_use_the_detected_card_when_the_device_check_exists(monkeypatch):
