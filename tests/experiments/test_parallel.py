@@ -58,7 +58,12 @@ def test_two_grids_side_by_side_train_their_shared_base_once():
     assert (runs_dir() / "sweep_logs" / "std_normalization.log").is_file()
 
 
-def test_a_failing_grid_raises_with_its_log():
+def test_a_failing_grid_raises_with_its_log(monkeypatch):
+    import hw3lib.experiments.parallel as parallel
+
+    with pytest.raises(ValueError, match="unknown profile 'no_such_profile'"):  # the parent's preflight, first
+        run_grids_parallel("no_such_profile", steps=1, grids=("baselines",))
+    monkeypatch.setattr(parallel, "check_grids_fit", lambda *args: None)  # so that the worker meets the error
     with pytest.raises(SweepWorkerError, match="grid baselines exited with status") as info:
         run_grids_parallel("no_such_profile", steps=1, grids=("baselines",))
     assert "no_such_profile" in str(info.value)  # the worker's own error, from the end of its log
