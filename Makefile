@@ -1,6 +1,7 @@
-# Two entry points (see README.md):
+# Entry points (see README.md):
+#   make test      - set up, run pytest over tests/, then every course preset's notebooks (smoke and rehearsal)
 #   make workbook  - set up, run every notebook on this machine's default profile, build the writeup
-#   make test      - set up, run pytest over tests/ and nbval over notebooks/
+#   make lab       - open the notebooks in JupyterLab
 # Set-up is a virtual environment in .venv, reinstalled when pyproject.toml or the constraints change.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -15,7 +16,7 @@ export HW3_CACHE_DIR ?= $(abspath .cache)
 export PYTHONHASHSEED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup sandbox-tools test rehearse workbook writeup clean
+.PHONY: setup sandbox-tools test walk-gsm8k walk-math rehearse rehearse-gsm8k rehearse-math workbook writeup lab store-outputs clean
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,38 +55,63 @@ setup: $(VENV)/.installed sandbox-tools
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 tests/
-	# HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps of 64 rollouts per run from a 60-step warm start
-	# and validate on 64 examples (the CI budget; the configs' `_SHORT`); `make workbook` runs the informative
-	# length. Then the writeup is built from what those runs exported and checked: every section shows its
-	# results and every deliverable the handouts ask (hw3lib.workbook.writeup).
-	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 $(PY) -m hw3lib.workbook.isolated bash -c \
-		'$(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ && $(PY) -m hw3lib.workbook.writeup --check'
-	# The MATH course's track in the same short setting: every notebook executed under HW3_COURSE=math-qwen2.5
-	# (papermill; the stored outputs are the default course's, so nbval has nothing to compare), then its writeup
-	# built and checked.
-	HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1 HW3_COURSE=math-qwen2.5 $(PY) -m hw3lib.workbook.isolated \
-		$(PY) -m hw3lib.workbook.run
-	# The full profile -- what students run on their GPU -- walked notebook by notebook for both courses: each
-	# course's Run-All (its handout's sections); `make rehearse` adds the extras.
-	$(MAKE) --no-print-directory rehearse REHEARSE_EXTRAS=0
+	# Then every course preset's notebooks, in the smoke profile and in the full profile's CPU rehearsal: four
+	# walks, two at a time (a walk keeps about one core busy: a notebook kernel, vLLM's CPU engine, a grid worker);
+	# --output-sync prints each walk's log whole when it ends.
+	$(MAKE) --no-print-directory -j2 --output-sync=target walk-gsm8k rehearse-math walk-math rehearse-gsm8k \
+		REHEARSE_EXTRAS=0
 
-# The full profile at rehearsal scale on this CPU (hw3lib.workbook.rehearse): every notebook of each course with
-# the full profile's configs, vLLM (its CPU build), bf16, the colocated sleep/wake calls, the preflight and the
-# cost printouts on two simulated H100s, with small random-weight stand-ins of Qwen3-0.6B / Qwen2.5-Math-1.5B and
-# 1-2 short steps per run; then each course's writeup, built and checked. REHEARSE_EXTRAS=1 (the default here):
-# every section, the extras included ($HW3_EXTRAS); 0: only each course's handout sections, as a student's Run-All.
+# HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps of 64 rollouts per run from a 60-step warm start and
+# validate on 64 examples (the CI budget; the configs' `_SHORT`); `make workbook` runs the informative length.
+# After each course's notebooks its writeup is built from what they exported and checked: every section it ran
+# shows its results and every deliverable the handouts ask (hw3lib.workbook.writeup).
+SMOKE_SHORT := HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1
+# The GSM8K presets: NLPDL's notebooks under nbval against their stored outputs, every section (extras included);
+# then CS336 2026's own sections in the same folder (in smoke it trains the same tiny model on the same data, so its
+# runs are NLPDL's, read back).
+walk-gsm8k: setup
+	$(SMOKE_SHORT) $(PY) -m hw3lib.workbook.isolated bash -c \
+		'$(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ \
+		 && $(PY) -m hw3lib.workbook.writeup --check \
+		 && HW3_COURSE=cs336-a5-2026 HW3_EXTRAS=0 $(PY) -m hw3lib.workbook.run'
+# The MATH presets (papermill; the stored outputs are NLPDL's, so nbval has nothing to compare): CSE 599-O with
+# every section, then CS336 2025 with its handout's, reading back the runs the two share.
+walk-math: setup
+	$(SMOKE_SHORT) $(PY) -m hw3lib.workbook.isolated bash -c \
+		'HW3_COURSE=cse599o-a3 HW3_EXTRAS=1 $(PY) -m hw3lib.workbook.run \
+		 && HW3_COURSE=cs336-a5 HW3_EXTRAS=0 $(PY) -m hw3lib.workbook.run'
+
+# The full profile at rehearsal scale on this CPU (hw3lib.workbook.rehearse): every notebook of each preset with the
+# full profile's configs, vLLM (its CPU build), bf16, the colocated sleep/wake calls, the preflight and the cost
+# printouts on two simulated H100s, with small random-weight stand-ins of Qwen3-0.6B / Qwen2.5-Math-1.5B /
+# OLMo-2-0425-1B and 1-2 short steps per run; then each preset's writeup, built and checked. REHEARSE_EXTRAS=1 (the
+# default here): every section, the extras included ($HW3_EXTRAS); 0 (`make test`): each preset's handout sections,
+# as a student's Run-All.
 REHEARSE_EXTRAS ?= 1
-rehearse: setup
-	for course in gsm8k-qwen3 math-qwen2.5; do \
-		HW3_EXTRAS=$(REHEARSE_EXTRAS) $(PY) -m hw3lib.workbook.isolated $(PY) -m hw3lib.workbook.rehearse \
-			--course $$course || exit 1; \
-	done
+rehearse: rehearse-gsm8k rehearse-math
+rehearse-gsm8k: setup
+	HW3_EXTRAS=$(REHEARSE_EXTRAS) $(PY) -m hw3lib.workbook.isolated $(PY) -m hw3lib.workbook.rehearse \
+		--course nlpdl-hw3,cs336-a5-2026
+rehearse-math: setup
+	HW3_EXTRAS=$(REHEARSE_EXTRAS) $(PY) -m hw3lib.workbook.isolated $(PY) -m hw3lib.workbook.rehearse \
+		--course cse599o-a3,cs336-a5
 
 workbook: setup
 	$(PY) -m hw3lib.workbook.run
 
 writeup: setup
 	$(PY) -m hw3lib.workbook.writeup
+
+# A course's own stored outputs (courses/<course>/notebooks/; the default course's are notebooks/ themselves):
+# its workbook at the informative length, then its executed notebooks stored, tidied (hw3lib.workbook.store_outputs).
+COURSE ?= nlpdl-hw3
+store-outputs: setup
+	HW3_PROFILE=smoke HW3_COURSE=$(COURSE) $(PY) -m hw3lib.workbook.run
+	HW3_COURSE=$(COURSE) $(PY) -m hw3lib.workbook.store_outputs --course $(COURSE)
+
+# The notebooks in JupyterLab (the workbook's kernel: the .venv's python3).
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/
 
 clean:
 	rm -rf $(VENV) runs figures/*.png figures/*.pdf writeup/writeup.pdf

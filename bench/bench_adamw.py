@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from hw3lib.core.benchmark import run_child
 from hw3lib.core.process_memory import status_bytes
 
 IMPLEMENTATIONS = {"foreach": {"foreach": True}, "single-tensor": {"foreach": False}, "fused": {"fused": True}}
@@ -57,10 +56,8 @@ def main() -> None:
         return
     rows = {}
     for name in IMPLEMENTATIONS:
-        out = subprocess.run([sys.executable, __file__, "--only", name, "--params", str(args.params), "--repeats",
-                              str(args.repeats), "--threads", str(args.threads)], capture_output=True, text=True,
-                             check=True).stdout
-        rows[name] = json.loads(out.strip().splitlines()[-1])
+        rows[name] = run_child([__file__, "--only", name, "--params", args.params, "--repeats", args.repeats,
+                                "--threads", args.threads])
     reference = rows["foreach"]
     for name, row in rows.items():
         print(f"{name:14s} {row['step_s']:.3f} s per step ({reference['step_s'] / row['step_s']:.1f}x the default's "

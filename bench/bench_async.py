@@ -36,14 +36,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from hw3lib.core.benchmark import record_header, run_child, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 MODES = ("sync", "one_behind", "replay")
 
 
@@ -110,13 +108,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as runs:
         for mode in MODES:
             env = {**os.environ, "HW3_RUNS_DIR": str(Path(runs) / mode)}
-            out = subprocess.run([sys.executable, __file__, "--only", mode, "--course", course.name, "--steps", str(args.steps),
-                                  "--rollouts", str(args.rollouts), "--eval", str(args.eval), "--lr", str(args.lr)],
-                                 env=env, capture_output=True, text=True, check=False)
-            line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
-            if line is None:
-                sys.exit(f"{mode} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-            results[mode] = json.loads(line[len("RESULT "):])
+            results[mode] = run_child([__file__, "--only", mode, "--course", course.name, "--steps", args.steps,
+                                       "--rollouts", args.rollouts, "--eval", args.eval, "--lr", args.lr],
+                                      env=env, prefix="RESULT ")
             r = results[mode]
             print(f"{mode:11s} {r['steps_per_minute']:6.2f} GRPO steps/min ({r['seconds']:.0f} s for {r['steps']}); "
                   f"validation answer {r['eval_start']:.3f} -> {r['eval_end']:.3f}; time: "
@@ -143,15 +137,9 @@ def main() -> None:
 
     import torch
 
-    record = {"bench": "bench_async", "course": course.name, "dataset": config(1, 8, 1, 1e-4).dataset, "command": " ".join([Path(sys.executable).name, *sys.argv]),
-              "device": f"CPU ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
+    record = {**record_header("bench_async"), "course": course.name, "dataset": config(1, 8, 1, 1e-4).dataset,
               "torch": torch.__version__, "settings": vars(args), "results": results}
-    out_dir = ROOT / "bench" / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    from hw3lib.core.io import atomic_write_json
-
-    out_file = out_dir / f"bench_async_{course.name}.json"
-    atomic_write_json(out_file, record)
+    out_file = write_json(ROOT / "bench" / "results" / f"bench_async_{course.name}.json", record)
     print(f"written: {out_file.relative_to(ROOT)}")
 
 

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hw3lib.core.benchmark import record_header, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -170,22 +168,18 @@ def main(argv=None) -> None:
 
 
 def write_record(out: str, args, dtype: str, rows: list) -> None:
-    """The rows as JSON, with what produced them (device, versions, command)."""
-    import json
-
+    """The rows as JSON, with what produced them (device, versions, command: hw3lib.core.benchmark's header)."""
     import torch
     import transformers
 
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     reference = rows[0][2] / rows[0][3]
-    record = {"bench": "bench_generation", "command": " ".join(["python3", *sys.argv]), "device": device,
+    record = {**record_header("bench_generation", args.device),
               "torch": torch.__version__, "transformers": transformers.__version__, "dtype": dtype,
               "model_shape": args.model_shape, "batch": args.batch, "n": args.n, "max_tokens": args.max_tokens,
               "rows": [{"engine": kind, "samples": samples, "tokens": tokens, "seconds": seconds,
                         "tokens_per_s": tokens / seconds, "ratio": tokens / seconds / reference, "first_call_s": first}
                        for kind, samples, tokens, seconds, first in rows]}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(record, indent=2) + "\n")
+    write_json(out, record)
     print(f"wrote {out}")
 
 

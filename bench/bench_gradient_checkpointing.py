@@ -5,7 +5,7 @@ vocabulary) with random weights and `--layers` decoder layers (the real model ha
 24 GB holds a few). One step: `--batch` sequences of `--tokens` tokens through
 `hw3lib.maths.logprobs.response_log_probs` (the training loop's log-probs, logits for the response
 half only), the summed log-prob backpropagated. Each setting runs in its own subprocess, so its peak
-resident memory (CPU: `ru_maxrss`) or peak allocated memory (CUDA) is its own; the time is the
+resident memory (CPU: VmHWM) or peak allocated memory (CUDA) is its own; the time is the
 median of `--repeats` steps after one warm-up.
 
     .venv/bin/python bench/bench_gradient_checkpointing.py                 # CPU, 4 layers, 2 x 1024 tokens
@@ -20,19 +20,16 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from hw3lib.core.benchmark import peak_memory, record_header, run_child, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def measure(args) -> dict:
     """One setting, in this process: build the model, run the steps, report time and peak memory."""
-    import resource
-
     import torch
     from transformers import Qwen3ForCausalLM
 
@@ -60,9 +57,8 @@ def measure(args) -> dict:
         if args.device == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - started)
-    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else \
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"checkpointing": args.checkpointing, "step_s": statistics.median(seconds[1:]), "peak_bytes": peak}
+    return {"checkpointing": args.checkpointing, "step_s": statistics.median(seconds[1:]),
+            "peak_bytes": peak_memory(args.device)}
 
 
 def main() -> None:
@@ -80,11 +76,9 @@ def main() -> None:
         return
     results = []
     for checkpointing in (False, True):
-        command = [sys.executable, __file__, "--child", "--device", args.device, "--layers", str(args.layers),
-                   "--batch", str(args.batch), "--tokens", str(args.tokens), "--repeats", str(args.repeats)]
-        output = subprocess.run(command + (["--checkpointing"] if checkpointing else []), check=True,
-                                capture_output=True, text=True).stdout
-        results.append(json.loads(output.strip().splitlines()[-1]))
+        command = [__file__, "--child", "--device", args.device, "--layers", args.layers, "--batch", args.batch,
+                   "--tokens", args.tokens, "--repeats", args.repeats]
+        results.append(run_child(command + (["--checkpointing"] if checkpointing else [])))
         row = results[-1]
         print(f"checkpointing={str(checkpointing):5}  step {row['step_s']:7.2f} s  peak {row['peak_bytes'] / 2**30:6.2f} GiB",
               flush=True)
@@ -93,13 +87,10 @@ def main() -> None:
           f"time x{checkpointed['step_s'] / plain['step_s']:.2f}")
     import torch
 
-    record = {"bench": "gradient_checkpointing", "command": " ".join(sys.argv), "device": args.device,
-              "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+    record = {**record_header("gradient_checkpointing", args.device), "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
               "shape": f"Qwen3-0.6B width, {args.layers} layers, {args.batch} x {args.tokens} tokens",
               "results": results}
-    out = ROOT / "bench" / "results" / "bench_gradient_checkpointing.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(ROOT / "bench" / "results" / "bench_gradient_checkpointing.json", record)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ then the mean and standard deviation over seeds. Writes bench/results/bench_keyw
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
+
+from hw3lib.core.benchmark import record_header, write_json
 
 COLUMNS = ("own_reward_start", "own_reward_end", "inclusion_start", "inclusion_end", "one_sentence_end",
            "cut_off_end", "hacked_start", "hacked_end", "seconds")
@@ -55,7 +56,7 @@ def main() -> None:
                                statistics.stdev(r[c] for r in mine) if len(mine) > 1 else 0.0) for c in COLUMNS}
         print(f"{reward:<10} mean " + " ".join(f"{m:>8.3f}±{s:<7.3f}" for m, s in summary[reward].values()))
     out = Path(__file__).resolve().parent / "results" / "bench_keyword_reward.json"
-    out.write_text(json.dumps({"seeds": args.seeds, "rows": rows, "mean_std": summary}, indent=2))
+    write_json(out, {**record_header("bench_keyword_reward"), "seeds": args.seeds, "rows": rows, "mean_std": summary})
     print(f"wrote {out}")
 
 

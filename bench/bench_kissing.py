@@ -4,7 +4,8 @@ Run: `python bench/bench_kissing.py` (from the repository root). Prints the time
 600 and 10,000 points and the speedup over the reference loop (targets: <= 5 ms for 600 points,
 <= 2 s for 10,000). The reference is timed on 600 points (and on a subset for 10,000, then
 scaled by the number of pairs, since the full loop would take minutes); the big-integer path
-(coordinates ~ 9e12) is timed too.
+(coordinates ~ 9e12) is timed too, and so are the published records in their own forms (integers up to
+13 digits, the angle form, Z[sqrt2]; `hw3lib.kissing.records`).
 
 The table is printed twice: with numpy's default BLAS threads, then in a child process with
 OPENBLAS_NUM_THREADS=1. On a shared, overloaded machine multi-threaded OpenBLAS can be 10-30x
@@ -74,6 +75,21 @@ def main() -> None:
     big = code.astype(object) * (3 * 10**12)  # squares ~ 1e26: exact Python-int path
     ours = best_time(lambda: verify(big), repeats=1)
     print(f"{'582 scaled by 3e12 (big ints)':34s} {ours * 1e3:8.2f}ms {'-':>12s} {'-':>9s}  {verify(big).valid}")
+
+    # The published records, each in its own form (exact; JSON loading not timed)
+    from hw3lib.kissing.records import RECORDS, load_record, records_folder
+    from hw3lib.kissing.verify import verify_form
+
+    try:
+        folder = records_folder()
+    except FileNotFoundError as exc:
+        print(f"records: skipped ({exc})")
+        return
+    for record in RECORDS:
+        data = load_record(folder / record.file)
+        seconds = best_time(lambda: verify_form(data, record.form), repeats=3)
+        result = verify_form(data, record.form)
+        print(f"{record.file:34s} {seconds * 1e3:8.2f}ms {'-':>12s} {'-':>9s}  {result.valid} ({record.form})")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Shape: batch 4 x 512 tokens x Qwen3's vocabulary of 151,936 (one float32 copy of
 are real and their forward/backward cost is small next to the log-prob computation.
 
 Each configuration runs in a fresh subprocess. On CPU, peak memory is the process's peak resident
-set (`ru_maxrss`) during the first forward (and forward + backward of `log_probs.sum()`) minus the
+set (VmHWM, hw3lib.core.benchmark.peak_memory) during the first forward (and forward + backward of `log_probs.sum()`) minus the
 resident set just before it; on CUDA it is `torch.cuda.max_memory_allocated` minus the allocation
 before. Both include the model's own logits (one copy, in the model's dtype). Time is a second,
 separate run.
@@ -19,16 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hw3lib.maths.sft import compute_entropy, get_response_log_probs  # noqa: E402
+from hw3lib.core.benchmark import peak_memory, run_child
+from hw3lib.maths.sft import compute_entropy, get_response_log_probs
 
 CONFIGS = [("naive", False), ("naive", True), ("chunked", False), ("chunked", True)]
 
@@ -67,8 +64,7 @@ def current_bytes(device: str) -> int:
 def peak_bytes(device: str) -> int:
     if device == "cuda":
         torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return peak_memory(device)  # VmHWM on a CPU: a high-water mark since the process started
 
 
 def child(args) -> None:
@@ -145,8 +141,8 @@ def main() -> None:
               "--device", args.device, "--dtype", args.dtype]
     rows = {}
     for impl, entropy in CONFIGS:
-        cmd = [sys.executable, __file__, "--child", "--impl", impl, *common] + (["--entropy"] if entropy else [])
-        rows[impl, entropy] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        rows[impl, entropy] = run_child([__file__, "--child", "--impl", impl, *common]
+                                        + (["--entropy"] if entropy else []))
     print(f"{'implementation':<26}{'peak fwd (copies)':>18}{'peak fwd+bwd':>14}{'fwd s':>8}{'fwd+bwd s':>11}"
           f"{'time vs naive':>15}{'fwd mem vs naive':>18}")
     for (impl, entropy), r in rows.items():
@@ -155,7 +151,7 @@ def main() -> None:
         label = f"{impl}{' + entropy' if entropy else ''}"
         print(f"{label:<26}{fwd / copy:>18.2f}{bwd / copy:>14.2f}{r['forward_s']:>8.2f}{r['total_s']:>11.2f}"
               f"{r['total_s'] / ref['total_s']:>14.2f}x{fwd / (ref['peak_forward'] - ref['before']):>17.2f}x")
-        if r["peak_forward"] <= r["peak_before"]:  # ru_maxrss is a high-water mark since process start
+        if r["peak_forward"] <= r["peak_before"]:  # VmHWM is a high-water mark since process start
             print(f"  (warning: an earlier peak of {(r['peak_before'] - r['before']) / copy:.2f} copies "
                   "hides this run's forward peak)")
 

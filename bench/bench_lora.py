@@ -14,7 +14,7 @@ after a step (hw3lib.generation.policy_weights_for_engine + the engines' copy): 
 copies the state dict; LoRA first merges W + (alpha / r) B A per target (`merge_s` is that merge alone). The
 push is timed the second time (the first also faults in the engine copy's fresh memory pages).
 
-Each setting runs in its own subprocess, so its peak resident memory (CPU: `ru_maxrss`, measured before the
+Each setting runs in its own subprocess, so its peak resident memory (CPU: VmHWM, measured before the
 push; the push's engine copy is `peak_after_push_bytes`) or peak allocated memory (CUDA) is its own; the
 time is the median of `--repeats` steps after one warm-up.
 
@@ -30,23 +30,13 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from hw3lib.core.benchmark import peak_memory as peak_bytes
+from hw3lib.core.benchmark import record_header, run_child, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-
-def peak_bytes(device: str) -> int:
-    import resource
-
-    import torch
-
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure(args) -> dict:
@@ -111,12 +101,9 @@ def measure(args) -> dict:
 
 
 def run_setting(args, layers: int, rank: int, checkpointing: bool) -> dict:
-    command = [sys.executable, __file__, "--child", "--device", args.device, "--layers", str(layers), "--batch",
-               str(args.batch), "--tokens", str(args.tokens), "--repeats", str(args.repeats), "--dtype", args.dtype,
-               "--rank", str(rank)]
-    output = subprocess.run(command + (["--checkpointing"] if checkpointing else []), check=True,
-                            capture_output=True, text=True).stdout
-    row = json.loads(output.strip().splitlines()[-1])
+    command = [__file__, "--child", "--device", args.device, "--layers", layers, "--batch", args.batch,
+               "--tokens", args.tokens, "--repeats", args.repeats, "--dtype", args.dtype, "--rank", rank]
+    row = run_child(command + (["--checkpointing"] if checkpointing else []))
     label = (f"LoRA r={rank}" if rank else "full") + (" + checkpointing" if checkpointing else "")
     merge = f"  merge {row['merge_s']:5.2f} s" if row["merge_s"] is not None else " " * 15
     print(f"{layers} layers  {label:26}  trainable {row['trainable_params'] / 1e6:7.2f}M  step {row['step_s']:6.2f} s  "
@@ -155,15 +142,12 @@ def main() -> None:
 
     import torch
 
-    record = {"bench": "lora", "command": " ".join(sys.argv), "device": args.device,
-              "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+    record = {**record_header("lora", args.device), "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
               "threads": os.environ.get("OMP_NUM_THREADS"),
               "shape": f"Qwen3-0.6B width, {'/'.join(map(str, args.layers))} layers, {args.batch} x {args.tokens} "
                        f"tokens, {args.dtype} autocast, LoRA rank {args.rank} alpha {2 * args.rank}",
               "results": results}
-    out = ROOT / "bench" / "results" / "bench_lora.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(ROOT / "bench" / "results" / "bench_lora.json", record)
 
 
 if __name__ == "__main__":

@@ -101,6 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=6000, help="responses to grade (>= 5000 for the report)")
     parser.add_argument("--reference-every", type=int, default=10, help="grade every k-th response with the reference")
+    parser.add_argument("--out", default=None, help="also write the numbers to this JSON file")
     args = parser.parse_args()
 
     import logging
@@ -148,6 +149,13 @@ def main() -> None:
     hedged = sum(rows[i][2] == "hedged" for i, _ in disagreements)
     print(f"disagreements: {len(disagreements)}, of which '<number> dollars' answers (ours 1): {unit_words}, "
           f"hedged answers (ours 0): {hedged}, other: {len(disagreements) - unit_words - hedged}")
+    if args.out:
+        from hw3lib.core.benchmark import record_header, write_json
+
+        write_json(args.out, {**record_header("bench_rewards"), "responses": len(rows), "kinds": kinds,
+                              "ours_per_s": ours_rate, "reference_per_s": reference_rate,
+                              "ours_cpu_per_s": ours_cpu_rate, "reference_cpu_per_s": reference_cpu_rate,
+                              "agreement": agree, "compared": len(subset), "disagreements": len(disagreements)})
     disagreements.sort(key=lambda pair: (rows[pair[0]][2] != "hedged", pair[0]))  # the hedged ones first
     for i, j in disagreements[:12]:
         answer = rows[i][0].split("<answer>")[-1]

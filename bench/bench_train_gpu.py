@@ -29,15 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hw3lib.grpo.config import GRPOConfig  # noqa: E402
-from hw3lib.grpo.step import optimizer_step  # noqa: E402
+from hw3lib.core.benchmark import peak_memory, record_header, write_json
+from hw3lib.core.precision import MasterWeights
+from hw3lib.grpo.config import GRPOConfig
+from hw3lib.grpo.step import optimizer_step
 
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
 
@@ -101,20 +101,23 @@ def make_batch(n: int, prompt_tokens: int, response_tokens: int, vocab: int, dev
             "advantages": torch.randn(n, 1, generator=generator).to(device)}  # [N, 1]
 
 
-def train_step(model, optimizer, batch: dict, micro: int, dtype: str) -> float:
-    """One optimizer step over the whole batch in microbatches of `micro`: the loop's own function."""
+def train_step(model, optimizer, batch: dict, micro: int, dtype: str, working: MasterWeights | None = None) -> float:
+    """One optimizer step over the whole batch in microbatches of `micro`: the loop's own function (through the
+    loop's bf16 working copy, `working`)."""
     n, response_tokens = batch["input_ids"].shape[0], int(batch["response_mask"][0].sum())
     cfg = GRPOConfig(rollout_batch_size=n, group_size=min(8, n), train_batch_size=n,
                      gradient_accumulation_steps=n // micro, sampling_max_tokens=response_tokens, dtype=dtype)
     stats = optimizer_step(model, optimizer, [p for p in model.parameters()], cfg, batch, torch.arange(n),
                            raw_rewards=batch["advantages"], advantages=batch["advantages"], old_log_probs=None,
                            ref_log_probs=None, engine_log_probs=torch.zeros_like(batch["labels"], dtype=torch.float32),
-                           shared_prefix=0, learning_rate=1e-5, measure_mismatch=False)
+                           shared_prefix=0, learning_rate=1e-5, measure_mismatch=False, working=working)
     return stats["entropy"]
 
 
 def measure(args, micro: int, device: torch.device, dtype: str, measured_peak: float | None) -> dict:
-    model = build_model(args.small, device, torch.float32)  # float32 masters; `dtype` is autocast's
+    model = build_model(args.small, device, torch.float32)  # float32 masters
+    working = MasterWeights(model, dtype)  # the loop's bf16 working copy (hw3lib.core.precision)
+    working.model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
     batch = make_batch(args.sequences, args.prompt_tokens, args.response_tokens, model.config.vocab_size, device)
     n_params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
@@ -125,7 +128,7 @@ def measure(args, micro: int, device: torch.device, dtype: str, measured_peak: f
     for repeat in range(1 + args.repeats):  # the first is a warm-up (allocator, kernels)
         sync()
         started = time.perf_counter()
-        entropy = train_step(model, optimizer, batch, micro, dtype)
+        entropy = train_step(model, optimizer, batch, micro, dtype, working)
         sync()
         if repeat:
             times.append(time.perf_counter() - started)
@@ -141,7 +144,7 @@ def measure(args, micro: int, device: torch.device, dtype: str, measured_peak: f
         "mfu": None if measured_peak is None else flops / seconds / (measured_peak * 1e12),
         "mfu_datasheet": None if peak is None else flops / seconds / (peak * 1e12), "peak_tflops": peak,
         "peak_source": peak_source, "measured_peak_tflops": measured_peak,
-        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        "peak_memory_gib": peak_memory(str(device)) / 2**30 if device.type == "cuda" else None,
         "n_params": n_params, "finite_entropy": bool(entropy == entropy),
     }
 
@@ -193,13 +196,10 @@ def main() -> None:
     print(f"datasheet peak: {results[0]['peak_source']}; n_params {results[0]['n_params']:,}")
     out = args.out or (None if args.small else str(Path(__file__).resolve().parent / "results" / "bench_train_gpu.json"))
     if out:
-        record = {"bench": "bench_train_gpu", "command": " ".join(["python3", *sys.argv]),
-                  "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                  "torch": torch.__version__, "cuda": torch.version.cuda, "sequences": args.sequences,
+        record = {**record_header("bench_train_gpu", str(device)), "torch": torch.__version__, "cuda": torch.version.cuda, "sequences": args.sequences,
                   "prompt_tokens": args.prompt_tokens, "response_tokens": args.response_tokens,
                   "measured_peak_tflops": measured_peak, "rows": results}
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(record, indent=2) + "\n")
+        write_json(out, record)
         print(f"wrote {out}")
     print(json.dumps(results))
 

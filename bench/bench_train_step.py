@@ -56,12 +56,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from hw3lib.core.process_memory import peak_rss  # noqa: E402  (after the path set-up)
+from hw3lib.core.benchmark import peak_memory, record_header, run_child, write_json
 
+ROOT = Path(__file__).resolve().parents[1]
 LR = 1e-5
 RESULTS = ROOT / "bench" / "results" / "train_step_real_width.json"
+TINY_HISTORY = ROOT / "bench" / "results" / "train_step_tiny.jsonl"  # one line per run, with the commit
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ def run_ours(steps: int, setting: Setting) -> dict:
           f"per step {', '.join(f'{p} {t:.2f} s' for p, t in phases.items())}", file=sys.stderr)
     return {"step_seconds": [b - a for a, b in zip(ends, ends[1:])],  # step k's end minus step k-1's end
             "train_seconds": [r["time/train_s"] for r in rows[1:]], "response_length": length,
-            "peak_rss_bytes": peak_rss()}
+            "generation_s": phases["generation"], "train_s": phases["train"],
+            "peak_rss_bytes": peak_memory()}
 
 
 def run_trl(steps: int, setting: Setting) -> dict:
@@ -166,21 +167,16 @@ def run_trl(steps: int, setting: Setting) -> dict:
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     print(f"trl: mean response length {statistics.mean(lengths):.1f} tokens; torch threads {torch.get_num_threads()}",
           file=sys.stderr)
-    return {"step_seconds": timer.times[1:], "response_length": statistics.mean(lengths), "peak_rss_bytes": peak_rss()}
+    return {"step_seconds": timer.times[1:], "response_length": statistics.mean(lengths),
+            "peak_rss_bytes": peak_memory()}
 
 
 def compare(steps: int, setting: Setting, env: dict) -> dict:
     """Both sides in their own subprocesses; prints and returns their numbers."""
     out = {}
     for side in ("ours", "trl"):
-        run = subprocess.run([sys.executable, __file__, "--only", side, "--steps", str(steps),
-                              "--setting", json.dumps(asdict(setting))], env=env, capture_output=True, text=True)
-        if run.returncode:
-            sys.exit(f"{side} failed:\n{run.stderr[-4000:]}")
-        for line in run.stderr.splitlines():
-            if line.startswith(f"{side}:"):
-                print(line)
-        out[side] = json.loads(run.stdout.strip().splitlines()[-1])
+        out[side] = run_child([__file__, "--only", side, "--steps", steps, "--setting", json.dumps(asdict(setting))],
+                              env=env, echo=f"{side}:")
         times = out[side]["step_seconds"]
         out[side]["median_step_s"] = statistics.median(times)
         print(f"{side}: {out[side]['median_step_s']:.2f} s per optimizer step (median of {len(times)}: "
@@ -210,7 +206,6 @@ def matmul_peak(size: int = 2048, repeats: int = 10) -> dict:
 
 
 def real_width(layers: list[int], steps: int, env: dict, checkpointing_too: bool = False) -> None:
-    import platform
 
     import torch
 
@@ -222,9 +217,7 @@ def real_width(layers: list[int], steps: int, env: dict, checkpointing_too: bool
     peak = matmul_peak()
     print(f"matmul peak on {torch.get_num_threads()} threads: float32 {peak['float32'] / 1e9:.0f} GFLOP/s, "
           f"bf16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s")
-    results = {"bench": "bench_train_step --real-width-layers", "command": "python " + " ".join(sys.argv),
-               "device": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
-               "versions": versions(), "matmul_peak_flops": peak, "setting": asdict(REAL), "layers": {}}
+    results = {**record_header("bench_train_step --real-width-layers"), "matmul_peak_flops": peak, "setting": asdict(REAL), "layers": {}}
     runs = [(depth, False) for depth in layers] + ([(max(layers), True)] if checkpointing_too else [])
     for depth, checkpointing in runs:
         setting = replace(REAL, model=str(real_shape_path("qwen3-0.6b", depth)), gradient_checkpointing=checkpointing)
@@ -243,10 +236,7 @@ def real_width(layers: list[int], steps: int, env: dict, checkpointing_too: bool
               f"{out['mfu_vs_bf16_matmul']:.0%} of the bf16 matmul peak ({out['mfu_vs_float32_matmul']:.0%} of "
               f"float32's)", flush=True)
         results["layers"][f"{depth}" + ("_checkpointing" if checkpointing else "")] = out
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)  # after every setting: a stopped run keeps its numbers
-        tmp = RESULTS.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1) + "\n")
-        tmp.replace(RESULTS)
+        write_json(RESULTS, results, indent=1)  # after every setting: a stopped run keeps its numbers
     print(f"wrote {RESULTS.relative_to(ROOT)}")
 
 
@@ -261,12 +251,28 @@ def prompt_tokens(model: str) -> float:
     return statistics.mean(len(tokenizer(p)["input_ids"]) for p in prompts)
 
 
-def versions() -> dict:
-    import torch
-    import transformers
-    import trl
+def git_commit() -> str:
+    """The commit measured, `+dirty` when the working tree has uncommitted changes (the record says so)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def record_tiny(out: dict) -> None:
+    """Append the tiny comparison to `TINY_HISTORY`, one JSON line per run with its commit: a regression of
+    either phase shows up between two lines (the 2026-11 generation slowdown would have)."""
+    phases = {side: {key: out[side][key] for key in ("median_step_s", "response_length", "peak_rss_bytes")}
+              for side in ("ours", "trl")}
+    for key in ("generation_s", "train_s"):
+        phases["ours"][key] = out["ours"].get(key)
+    line = {**record_header("bench_train_step"), "commit": git_commit(), "speed_ratio": out["speed_ratio"],
+            "memory_ratio": out["memory_ratio"], **phases}
+    TINY_HISTORY.parent.mkdir(parents=True, exist_ok=True)
+    with TINY_HISTORY.open("a") as history:
+        history.write(json.dumps(line) + "\n")
+    print(f"appended to {TINY_HISTORY.relative_to(ROOT)} (commit {line['commit']})")
 
 
 def main() -> None:
@@ -293,7 +299,7 @@ def main() -> None:
             real_width([int(n) for n in args.real_width_layers.split(",")], args.steps or 3, env,
                        args.checkpointing_too)
         else:
-            compare(args.steps or 4, TINY, env)
+            record_tiny(compare(args.steps or 4, TINY, env))
     finally:
         shutil.rmtree(runs, ignore_errors=True)  # the runs' final checkpoints: 7 GB each at 28 layers
 

@@ -30,20 +30,24 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hw3lib.core import cost, preflight  # noqa: E402
-from hw3lib.models.real_shape import course_shapes  # noqa: E402
+from hw3lib.core import cost, preflight
+from hw3lib.core.benchmark import record_header, write_json
+from hw3lib.models.real_shape import course_shapes
 
 REHEARSAL = ROOT / "bench" / "results" / "rehearse.json"
 PROMPT_TOKENS = cost.PROMPT_TOKENS  # stated assumption: the R1-Zero template (~120 tokens) plus a question
 TOLERANCE = 0.15
 README = ROOT / "README.md"
+DOCS = ROOT / "docs" / "gpu.md"  # the long tables (1-3); the README keeps the fit table and the per-notebook summary
 BEGIN, END = "<!-- cost tables: python bench/cost_model.py --write-readme -->", "<!-- end of cost tables -->"
+SUMMARY_BEGIN = "<!-- notebook costs: python bench/cost_model.py --write-readme -->"
+SUMMARY_END = "<!-- end of notebook costs -->"
+TABLE_COURSES = ("nlpdl-hw3", "cs336-a5")  # one course per model in the long tables (CSE 599-O's runs are CS336's)
 FIT_BEGIN, FIT_END = "<!-- fit table: python bench/cost_model.py --write-readme -->", "<!-- end of fit table -->"
 FIT_DEVICES = (80, 40, 24, 16, "T4-16GB")  # nominal bf16 cards, then a T4 (no bf16: float32)
 KIND_WORDS = {"eval": f"evaluation (share {cost.EVAL_SHARE})", "grpo": "GRPO", "sft": "SFT", "ei": "expert iteration"}
-HANDOUT_ESTIMATES = {("math-qwen2.5", "learning_rate"): 6.0}  # H100-hours the MATH handout states for its sweep
+HANDOUT_ESTIMATES = {("cs336-a5", "learning_rate"): 6.0}  # H100-hours the MATH handout states for its sweep
 
 
 def gb(value: float) -> str:
@@ -110,7 +114,7 @@ def course_runs() -> dict[str, tuple]:
 
     shapes = course_shapes()
     out = {}
-    for course in ("gsm8k-qwen3", "math-qwen2.5"):
+    for course in TABLE_COURSES:
         cfg = GRPOConfig.for_profile("full", course=course)
         model = get_course(course).model_for(get_profile("full"))
         out[course] = (cfg, shapes[model])
@@ -144,7 +148,7 @@ def grid_configs(name: str, course: str):
     os.environ["HW3_COURSE"] = course  # the grids take the course from the environment, as the notebooks do
     try:
         base = common_base("full")
-        choices = {"top": [{}, {}], "off_policy": {}, "settings": {}} if GRIDS[name][3] else None
+        choices = {"top": [{}, {}], "off_policy": {}, "settings": {}} if GRIDS[name].needs else None
         return list(build_grid(name, "full", choices=choices).configs.values()), base
     finally:
         if saved is None:
@@ -200,7 +204,7 @@ def hours_table() -> str:
     lines = ["| course | notebook | runs | H100-hours, every response 1,024 tokens | at 512 tokens | "
              "handout's estimate |", "|---|---|---|---|---|---|"]
     shapes = course_shapes()
-    for course in ("gsm8k-qwen3", "math-qwen2.5"):
+    for course in TABLE_COURSES:
         shape = shapes[get_course(course).model_for(get_profile("full"))]
         total = [0.0, 0.0]
         for notebook, what, hours in notebook_rows(course, shape, (1024, 512)):
@@ -237,11 +241,14 @@ def fit_cell(row: dict) -> str:
     return f"`{row['change']}` ({row['peak_gib']} GiB)"
 
 
+RECIPE_COURSES = ("nlpdl-hw3", "cs336-a5", "cs336-a5-2026")  # one per model
+
+
 def recipe_lines() -> list[str]:
     """The 24 GB recipe of each course on the smaller 24 GB cards, with its peaks by the memory model."""
     card = preflight.nominal_device(24)
     lines = []
-    for course in preflight.COURSE_MODELS:
+    for course in RECIPE_COURSES:
         changes = preflight.recipe_24gb(course)
         cfg = preflight.course_config(course, "grpo").replace(**changes)
         report = preflight.preflight(cfg, "grpo", card)
@@ -267,6 +274,31 @@ def fit_text(devices=FIT_DEVICES) -> str:
     return "\n".join(lines + ["", "The 24 GB recipes (`hw3lib.core.preflight.recipe_24gb`):", "", *recipe_lines()])
 
 
+def summary_table() -> str:
+    """What each notebook costs each course preset on one H100 (hw3lib.experiments.plan.notebook_plan: what the
+    notebook itself prints before its GPU work), its handout's sections and, in brackets, the extras on top."""
+    from hw3lib.core.course import COURSE_NAMES
+    from hw3lib.experiments.plan import NOTEBOOK_SECTIONS, notebook_plan
+    from hw3lib.experiments.plan import _hours as hours_words
+
+    h100 = preflight.nominal_device("H100-80GB")
+    notebooks = [nb for nb in NOTEBOOK_SECTIONS]
+    lines = ["| course | " + " | ".join(f"notebook {nb}" for nb in notebooks) + " | all |",
+             "|---|" + "---|" * (len(notebooks) + 1)]
+
+    def cell(own, every):  # the plan's own wording of hours (2 digits below 1 h); extras in brackets
+        extra = every[0] - own[0]
+        text = hours_words(own) if own[0] else "-"
+        return text + (f" [+{hours_words((extra, extra)).split(' / ')[0]}]" if extra >= 0.005 else "")
+
+    for course in COURSE_NAMES:
+        own = [notebook_plan(nb, "full", course, extras=False, device=h100).total for nb in notebooks]
+        every = [notebook_plan(nb, "full", course, extras=True, device=h100).total for nb in notebooks]
+        total = tuple(sum(t[i] for t in own) for i in (0, 1)), tuple(sum(t[i] for t in every) for i in (0, 1))
+        lines.append(f"| `{course}` | " + " | ".join(cell(o, e) for o, e in zip(own, every)) + f" | {cell(*total)} |")
+    return "\n".join(lines)
+
+
 def replace_between(text: str, begin: str, end: str, body: str) -> str:
     """`text` with what stands between the markers `begin` and `end` replaced by `body`."""
     if begin not in text or end not in text:
@@ -275,25 +307,34 @@ def replace_between(text: str, begin: str, end: str, body: str) -> str:
     return head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1]
 
 
-def write_readme(text: str, fits: str) -> None:
-    """Put the cost tables and the fit table between their README markers (temporary file, then rename)."""
-    readme = replace_between(README.read_text(), BEGIN, END, text)
-    tmp = README.with_suffix(".md.tmp")
-    tmp.write_text(replace_between(readme, FIT_BEGIN, FIT_END, fits))
-    tmp.replace(README)
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_readme(text: str, fits: str, summary: str) -> None:
+    """Put the fit table and the per-notebook summary between their README markers and the long tables between
+    theirs in docs/gpu.md (temporary files, then rename)."""
+    readme = replace_between(README.read_text(), FIT_BEGIN, FIT_END, fits)
+    _write(README, replace_between(readme, SUMMARY_BEGIN, SUMMARY_END, summary))
+    _write(DOCS, replace_between(DOCS.read_text(), BEGIN, END, text))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a CPU prediction is off by more than 15%%")
     parser.add_argument("--write-readme", action="store_true", help="put the tables into README.md")
+    parser.add_argument("--out", default=None, help="also write the predicted-vs-measured rows to this JSON file")
     args = parser.parse_args()
     rows = cpu_rows(json.loads(REHEARSAL.read_text()))
-    text, fits = tables(rows), fit_text()
-    print(text + "\n\n" + fits)
+    text, fits, summary = tables(rows), fit_text(), summary_table()
+    print(text + "\n\n" + fits + "\n\n" + summary)
     if args.write_readme:
-        write_readme(text, fits)
+        write_readme(text, fits, summary)
     worst = max(abs(row["error"]) for row in rows if not row["calibrated"])
+    if args.out:
+        write_json(args.out, {**record_header("cost_model"), "rows": rows, "largest_error": worst})
     print(f"\nlargest CPU prediction error: {worst:.0%} (limit {TOLERANCE:.0%})")
     return 1 if args.check and worst > TOLERANCE else 0
 

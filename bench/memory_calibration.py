@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
-import sys
 from pathlib import Path
 
+from hw3lib.core.benchmark import record_header, run_child, write_json
+from hw3lib.core.process_memory import status_bytes
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from hw3lib.core.process_memory import status_bytes  # noqa: E402  (after the path set-up)
 
 RESULTS = ROOT / "bench" / "results" / "memory_calibration.json"
 PROMPT_TOKENS = 64
@@ -105,22 +103,14 @@ def main() -> None:
         return
     points = []
     for layers, tokens in POINTS:
-        command = [sys.executable, __file__, "--point", f"{layers},{tokens}", "--rows", str(args.rows)]
+        command = [__file__, "--point", f"{layers},{tokens}", "--rows", args.rows]
         if args.gradient_checkpointing:
             command.append("--gradient-checkpointing")
-        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        points.append(json.loads(out.strip().splitlines()[-1]))
+        points.append(run_child(command))
         print(f"{layers} layers, {tokens} response tokens: saved for backward {points[-1]['saved_bytes'] / 2**20:.0f} "
               f"MiB, peak resident set +{points[-1]['extra_peak_bytes'] / 2**20:.0f} MiB", flush=True)
-    result = {"bench": "memory_calibration", "command": " ".join(["python", "bench/memory_calibration.py",
-                                                                 *sys.argv[1:]]),
-              "device": {"cpu": platform.processor() or platform.machine()}, "gradient_checkpointing":
-              args.gradient_checkpointing, "points": points, "fit": fit(points, "saved_bytes"),
+    result = {**record_header("memory_calibration"), "gradient_checkpointing": args.gradient_checkpointing, "points": points, "fit": fit(points, "saved_bytes"),
               "fit_resident_set": fit(points, "extra_peak_bytes")}
-    import torch
-    import transformers
-
-    result["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
     fitted = result["fit"]
     print(f"saved for backward: {fitted['activation_bytes_per_token_per_layer'] / 1024:.1f} KiB per token per layer; "
           f"logits {fitted['logits_bytes_per_token'] / 1024:.0f} KiB per response token")
@@ -128,10 +118,7 @@ def main() -> None:
     print(f"(the resident set's fit, noisier -- the allocator reuses freed blocks: "
           f"{rss['activation_bytes_per_token_per_layer'] / 1024:.1f} KiB per token per layer, logits "
           f"{rss['logits_bytes_per_token'] / 1024:.0f} KiB per response token)")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(args.output)
+    write_json(args.output, result, indent=1)
 
 
 if __name__ == "__main__":

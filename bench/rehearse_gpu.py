@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import os
 import shutil
 import sys
@@ -47,8 +46,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import rehearse  # noqa: E402  (bench/rehearse.py: the checkpoint timer, train summaries, versions, the grader)
+import rehearse  # bench/rehearse.py (this script's folder is on sys.path): the checkpoint timer, summaries, the grader
+
+from hw3lib.core.benchmark import device_info, record_header, write_json
 
 ROOT = rehearse.ROOT
 RESULTS = ROOT / "bench" / "results" / "rehearse_gpu.json"
@@ -355,11 +355,10 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     args.model = str(tiny_model_path() if args.model_kind == "tiny" else real_shape_path("qwen3-0.6b", args.layers))
     shape = Shape.from_config("rehearsal model", AutoConfig.from_pretrained(args.model))
-    record = {"bench": "rehearse_gpu", "command": " ".join(["python3", *sys.argv]), "versions": rehearse.versions(),
+    record = {**record_header("rehearse_gpu", args.device, packages=rehearse.PACKAGES),
               "device": gpu_device(args.device), "sizes": asdict(args.sizes), "model_params": shape.params,
               "layers": shape.layers, "vocab_size": shape.vocab, "build_s": time.perf_counter() - started, "phases": {}}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     print(f"model {shape.params:,} parameters, {shape.layers} layers, vocabulary {shape.vocab:,} "
           f"(built in {record['build_s']:.0f} s); sizes {asdict(args.sizes)}", flush=True)
     try:
@@ -367,7 +366,7 @@ def main(argv=None) -> None:
             record["phases"][name] = run_phase(name, args, args.sizes, shape)
             print(summary_line(name, record["phases"][name]), flush=True)
             record["total_s"] = time.perf_counter() - started
-            out.write_text(json.dumps(record, indent=2, default=str) + "\n")  # after every phase: a cut run keeps them
+            write_json(out, record)  # after every phase: a cut run keeps them
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # the runs and checkpoints (gigabytes each): the JSON has the numbers
     print(f"total {time.perf_counter() - started:.0f} s; wrote {out}", flush=True)
@@ -377,7 +376,7 @@ def main(argv=None) -> None:
 
 def gpu_device(device: str) -> dict:
     if not device.startswith("cuda"):
-        return rehearse.device()
+        return device_info(device)
     props = torch.cuda.get_device_properties(0)
     return {"gpu": props.name, "memory_bytes": props.total_memory, "multiprocessors": props.multi_processor_count,
             "torch_cuda": torch.version.cuda, "cpu_cores": os.cpu_count()}

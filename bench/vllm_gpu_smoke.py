@@ -16,11 +16,6 @@ Exit code 1 when a check failed.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 if __name__ == "__main__":
     import typer
 

@@ -289,9 +289,11 @@ class RunConfig:
     @classmethod
     def for_profile(cls, profile_name: str | None = None, course: str | None = None, **overrides):
         """The settings of a profile (`smoke` or `full`; None: $HW3_PROFILE / GPU present) for a course
-        (`gsm8k-qwen3` or `math-qwen2.5`; None: $HW3_COURSE, else gsm8k-qwen3), with overrides.
+        (a preset of hw3lib.core.course, e.g. `nlpdl-hw3` or `cs336-a5`; None: $HW3_COURSE, else nlpdl-hw3), with
+        overrides.
 
-        The course picks the data: in the full profile its dataset (GSM8K, or MATH from $HW3_MATH_DATA);
+        The course picks the data and the model: in the full profile its dataset (GSM8K, or MATH from
+        $HW3_MATH_DATA) and its model (`Course.model_for`: e.g. OLMo-2-0425-1B for CS336 2026);
         in smoke the class's own CPU recipe, on the generated MATH-format task for the MATH course. A
         MATH `dataset` (anything but gsm8k and arithmetic) trains the profile's `math_model` unless
         `model` is among the overrides.
@@ -301,7 +303,8 @@ class RunConfig:
 
         prof, chosen = get_profile(profile_name), get_course(course)
         device = "cuda:0" if prof.device == "cuda" else prof.device
-        base = {"profile": prof.name, "model": prof.model, "dtype": prof.dtype, "engine": prof.engine,
+        base = {"profile": prof.name, "model": chosen.model_for(prof) if prof.name == "full" else prof.model,
+                "dtype": prof.dtype, "engine": prof.engine,
                 "policy_device": device, "rollout_device": device,
                 "gpu_memory_utilization": colocated_share(prof), "seed": prof.seed}
         if prof.name == "smoke":

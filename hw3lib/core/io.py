@@ -78,13 +78,21 @@ def isolated_output_env(folder: str | os.PathLike) -> dict[str, str]:
 
 def runs_dir() -> Path:
     """Where runs write their outputs: $HW3_RUNS_DIR, else `output_root()`/runs (<project>/runs), and for a
-    course other than the default one ($HW3_COURSE, hw3lib.core.course) its own subfolder
-    (`runs/math-qwen2.5/`), so the two courses' runs, which share names, never meet in one folder."""
-    from hw3lib.core.course import DEFAULT_COURSE, default_course_name
+    course ($HW3_COURSE, hw3lib.core.course) that trains another model or data than the default one, its own
+    subfolder (`runs/math-qwen2.5/`, `Course.runs_folder`), so runs of different settings, which share names,
+    never meet in one folder, while presets of one setting (the two MATH courses) share their runs."""
+    from hw3lib.core.course import DEFAULT_SETTING, get_course
 
     path = Path(os.environ.get(RUNS_ENV) or output_root() / "runs")
-    if default_course_name() != DEFAULT_COURSE:
-        path = path / default_course_name()
+    crs = get_course()
+    if crs.full_model:  # its runs folder depends on the profile (a model of its own only in the full one)
+        from hw3lib.core.profile import default_profile_name
+
+        folder = crs.runs_folder(default_profile_name())
+    else:
+        folder = crs.runs_folder("smoke")
+    if folder != DEFAULT_SETTING:
+        path = path / folder
     path.mkdir(parents=True, exist_ok=True)
     return path
 

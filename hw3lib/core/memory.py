@@ -160,6 +160,8 @@ class Shape:
 COURSE_SHAPES = {
     "Qwen/Qwen3-0.6B": Shape("Qwen3-0.6B", 596_049_920, 28, 1024, 151936, 8, 128, 40960, 16, 3072),
     "Qwen/Qwen2.5-Math-1.5B": Shape("Qwen2.5-Math-1.5B", 1_543_714_304, 28, 1536, 151936, 2, 128, 4096, 12, 8960),
+    # CS336 2026's model (untied embeddings, no grouped-query attention: 16 KV heads)
+    "allenai/OLMo-2-0425-1B": Shape("OLMo-2-0425-1B", 1_484_916_736, 16, 2048, 100352, 16, 128, 4096, 16, 8192),
 }
 
 
@@ -259,6 +261,38 @@ class Trainer:
         return trainer_parts(shape, tokens, self.micro_batch * self.response_tokens, self.monitor_kl,
                              lora_rank=self.lora_rank, lora_targets=self.lora_targets,
                              checkpointing=self.checkpointing, precision=self.precision)
+
+
+# The share of a CPU's physical memory a training run plans its microbatches for (`training_micro_batch`): the
+# rest is left to the rollout engine's copy, the OS and whatever else runs on the machine.
+CPU_TRAINING_SHARE = 0.5
+
+
+def training_micro_batch(trainer: Trainer, sequences: int, fits) -> int:
+    """Sequences per training forward, chosen by memory: the most, up to `sequences` (an optimizer step's), for
+    which `fits(trainer with that many sequences per microbatch)` holds, scanning up from `trainer.micro_batch`
+    (the course's microbatch, which the preflight checked: never fewer). `fits` is the device's test, e.g. the
+    run's plan on the card (`grpo_plan(...).fits`) or the trainer's peak under a CPU budget (`cpu_fits`).
+
+    Only how many sequences share one forward changes: the loss of a microbatch is its sequences' share of the
+    optimizer step's loss (hw3lib.grpo.step divides by the step's sequences or tokens, not by the number of
+    microbatches), so the course's gradient-accumulation arithmetic and the update stay the same up to float
+    rounding. Peaks grow with the microbatch (activations, logits), so the first size that does not fit ends
+    the scan."""
+    best = trainer.micro_batch
+    for rows in range(trainer.micro_batch + 1, sequences + 1):
+        if not fits(dataclasses.replace(trainer, micro_batch=rows)):
+            break
+        best = rows
+    return best
+
+
+def cpu_fits(shape: Shape, engine: "Engine", memory_bytes: int, share: float = CPU_TRAINING_SHARE):
+    """`training_micro_batch`'s test on a CPU of `memory_bytes`: the trainer's peak (`trainer_peak`) beside the
+    rollout engine (on a CPU it never sleeps: its copy and cache, or vLLM's share, stay) within `share` of it."""
+    awake_fixed, awake, _ = _engine_terms(shape, engine)
+    engine_bytes = awake_fixed + awake * engine.share * memory_bytes
+    return lambda trainer: trainer_peak(trainer.parts(shape)) + engine_bytes <= share * memory_bytes
 
 
 # ---- the engines ---------------------------------------------------------------------------------------------

@@ -345,9 +345,11 @@ def preflight(cfg, kind: str, device: DeviceInfo | None = None) -> PreflightRepo
 
 # ---- what fits each card: the README's table ----------------------------------------------------------------
 
-COURSE_MODELS = {"gsm8k-qwen3": "Qwen/Qwen3-0.6B", "math-qwen2.5": "Qwen/Qwen2.5-Math-1.5B"}
-FIT_ROWS = (("gsm8k-qwen3", "eval"), ("gsm8k-qwen3", "grpo"), ("math-qwen2.5", "eval"), ("math-qwen2.5", "grpo"),
-            ("math-qwen2.5", "sft"), ("math-qwen2.5", "ei"))
+# Each course preset's full-profile model (hw3lib.core.course; the two MATH courses share theirs).
+COURSE_MODELS = {"nlpdl-hw3": "Qwen/Qwen3-0.6B", "cse599o-a3": "Qwen/Qwen2.5-Math-1.5B",
+                 "cs336-a5": "Qwen/Qwen2.5-Math-1.5B", "cs336-a5-2026": "allenai/OLMo-2-0425-1B"}
+FIT_ROWS = (("nlpdl-hw3", "eval"), ("nlpdl-hw3", "grpo"), ("cs336-a5", "eval"), ("cs336-a5", "grpo"),
+            ("cs336-a5", "sft"), ("cs336-a5", "ei"), ("cs336-a5-2026", "eval"), ("cs336-a5-2026", "grpo"))
 # The memory-relevant settings each kind's config class gives the full profile (GRPOConfig, SFTConfig, EIConfig:
 # tests/core/test_preflight.py checks them against the classes, which sit above hw3lib.core).
 KIND_SETTINGS = {"grpo": {"train_batch_size": 256, "gradient_accumulation_steps": 128},
@@ -392,9 +394,20 @@ def course_config(course: str, kind: str, dtype: str = "bfloat16"):
     """The full profile's `kind` run of `course` as the memory model needs it: `RunSettings` with the course's
     model and the kind's batch sizes (an EvalRequest at the evaluation share for "eval"); no environment
     ($HW3_MODEL, $HW3_REHEARSAL) changes it."""
+    model = COURSE_MODELS[_known_course(course, "course_config")]
     if kind == "eval":
-        return EvalRequest(COURSE_MODELS[course], EVAL_SHARE, None, dtype)
-    return RunSettings(COURSE_MODELS[course], dtype, **KIND_SETTINGS[kind])
+        return EvalRequest(model, EVAL_SHARE, None, dtype)
+    return RunSettings(model, dtype, **KIND_SETTINGS[kind])
+
+
+def _known_course(course: str, caller: str) -> str:
+    """`course` as a preset name (an old alias resolved), or a ValueError naming the choices."""
+    from hw3lib.core.course import canonical_name
+
+    name = canonical_name(course)
+    if name not in COURSE_MODELS:
+        raise ValueError(f"{caller}: unknown course {course!r}: choose one of {', '.join(COURSE_MODELS)}")
+    return name
 
 
 def nominal_device(gib: int | str) -> DeviceInfo:
@@ -426,14 +439,13 @@ def fit_table(devices_gib=(80, 40, 24, 16)) -> list[dict]:
     return [fit_row(course, kind, nominal_device(gib)) for course, kind in FIT_ROWS for gib in devices_gib]
 
 
-def recipe_24gb(course: str = "gsm8k-qwen3") -> dict:
+def recipe_24gb(course: str = "nlpdl-hw3") -> dict:
     """Settings under which the course's GRPO run fits a 24 GB card (the smaller ones: 22.5 GiB) with room to
     spare, by the memory model; pass them to the config: `GRPOConfig.for_profile("full", course=course,
     **recipe_24gb(course))`. Qwen3-0.6B: gradient checkpointing (full fine-tuning, the course's gradients).
     Qwen2.5-Math-1.5B: LoRA of rank 16 with checkpointing, at 10x the learning rate (LoRA's usual starting point,
     RunConfig.lora_rank; not tuned here)."""
-    if course == "gsm8k-qwen3":
+    if COURSE_MODELS[_known_course(course, "recipe_24gb")] == "Qwen/Qwen3-0.6B":
         return {"gradient_checkpointing": True}
-    if course == "math-qwen2.5":
-        return {"gradient_checkpointing": True, "lora_rank": SUGGESTED_LORA_RANK, "learning_rate": 1e-4}
-    raise ValueError(f"recipe_24gb: unknown course {course!r}: choose one of {', '.join(COURSE_MODELS)}")
+    # the 1.5B models (Qwen2.5-Math-1.5B; OLMo-2-0425-1B, 1.48B parameters)
+    return {"gradient_checkpointing": True, "lora_rank": SUGGESTED_LORA_RANK, "learning_rate": 1e-4}

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hw3lib.core.stats import Noise, noise_words, unpaired_band
 from hw3lib.core.io import save_figure
 from hw3lib.core.writeup_keys import settings_of
 from hw3lib.tasks.rewards import extract_question_only_answer, extract_r1_zero_answer, parse_plain_number
@@ -257,17 +258,18 @@ def pass_at_1_check(zero_shot_summary: dict, metrics: dict) -> dict:
     """The handout's sanity check: pass@1 of the Best-of-N samples against problem 1's zero-shot accuracy.
 
     Both estimate the same probability (one sample per question, same model, prompt and sampling),
-    from independent draws, so they agree up to noise: the check passes when their difference is
-    within two standard errors of a difference of two proportions, `2 sqrt(p (1 - p) (1/m + 1/k))`,
-    where m counts the zero-shot samples and k the Best-of-N samples (all n per question; the
-    unbiased pass@1 is their mean). Returns both numbers, the band and `within_noise`.
+    from independent draws (no per-question pairing: the zero-shot run drew its own samples), so they agree up
+    to noise: the check passes when their difference is within the unpaired band of two proportions
+    (`hw3lib.core.stats.unpaired_band`, 2 s.e.), where m counts the zero-shot samples and k the Best-of-N samples
+    (all n per question; the unbiased pass@1 is their mean). Returns both numbers, the band, the verdict and
+    `within_noise`.
     """
     zero_shot, pass_1 = float(zero_shot_summary["accuracy"]), float(metrics["pass_at_k_unbiased"][0])
     m, k = int(zero_shot_summary["num_samples"]), metrics["num_prompts"] * metrics["n_samples"]
-    pooled = (zero_shot * m + pass_1 * k) / (m + k)
-    band = 2 * math.sqrt(pooled * (1 - pooled) * (1 / m + 1 / k))
+    noise = Noise(pass_1 - zero_shot, unpaired_band(pass_1, k, zero_shot, m))
     return {"zero_shot_accuracy": zero_shot, "pass_at_1": pass_1, "zero_shot_samples": m, "best_of_n_samples": k,
-            "difference": pass_1 - zero_shot, "band": band, "within_noise": abs(pass_1 - zero_shot) <= band}
+            "difference": noise.diff, "band": noise.band, "verdict": noise.verdict.value,
+            "within_noise": not noise.beyond, "text": noise_words(noise)}
 
 
 def plot_best_of_n(metrics: dict, path_stem: str | Path = "best_of_n", title: str | None = None):

@@ -35,11 +35,10 @@ def sweep_command(
 ) -> None:
     """Run an experiment grid; print a table of its runs and which differences exceed noise."""
     from hw3lib.experiments.grids import GRIDS, run_sweep
-    from hw3lib.core.runs import RunExistsError
 
     if list_grids or name is None:
-        for grid, (question, *_rest) in GRIDS.items():
-            typer.echo(f"{grid:22s} {question}")
+        for grid, spec in GRIDS.items():
+            typer.echo(f"{grid:22s} {spec.question}")
         if name is None and not list_grids:
             raise typer.Exit(2)
         return
@@ -47,33 +46,31 @@ def sweep_command(
         raise typer.BadParameter(f"unknown grid {name!r}: choose one of {', '.join(GRIDS)} or all", param_hint="NAME")
     if name == "all" and seeds:
         raise typer.BadParameter("--seed repeats one grid at a time: name the grid", param_hint="--seed")
-    try:
-        if name == "all":
-            from hw3lib.experiments.parallel import SweepWorkerError, run_grids_parallel
+    # A run folder holding other settings, a shorter --steps than the runs have, a grid worker that failed
+    # (SweepWorkerError names its log): one line each (hw3lib.cli).
+    if name == "all":
+        from hw3lib.experiments.parallel import run_grids_parallel
 
-            try:
-                results = run_grids_parallel(profile, steps, workers=workers)
-            except SweepWorkerError as exc:
-                raise ValueError(str(exc)) from None
-        else:
-            results = {name: run_sweep(name, profile, steps, seeds or None)}
-    except (RunExistsError, ValueError) as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        results = run_grids_parallel(profile, steps, workers=workers)
+    else:
+        results = {name: run_sweep(name, profile, steps, seeds or None)}
     for result in results.values():
         _print_grid(result, plots)
 
 
 def _print_grid(result, plots: bool) -> None:
-    from hw3lib.experiments.grids import compare, noise_reading
+    from hw3lib.experiments.compare import compare
+    from hw3lib.experiments.grids import smoke_note
+    from hw3lib.experiments.render import noise_reading
 
     name = result.grid.name
     typer.echo(f"\n{name}: {result.grid.question} ({result.grid.profile} profile, {result.grid.base.model})")
-    for row in compare(result):
+    rows = compare(result)
+    for row in rows:
         typer.echo(f"  {row['label']:24s} {row['status']:9s} start {row['start']:6.1%}  end {row['end']:6.1%}  "
                    f"vs reference {100 * row['diff']:+6.1f} ± {100 * row['band']:.1f} points  "
                    f"{row['wall_clock_s'] / 60:5.1f} min  ({result.records[row['label']]['run']})")
-    typer.echo(noise_reading(result))
+    typer.echo(noise_reading(rows, result.grid.reference, note=smoke_note(result.grid.name, result.grid.profile)))
     if plots:  # the figures and figures/grid_<name>.json, which the writeup reads
         from hw3lib.experiments.report import report_grid
 

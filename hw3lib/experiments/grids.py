@@ -30,7 +30,9 @@ one optimizer step per 256 rollouts moved the validation reward 0.344 -> 0.320 i
 (`off_policy`, `sync_strategy`, `clip_ablation`) set it explicitly, and so does `baselines`: its two losses
 (`reinforce_with_baseline`, `no_baseline`) have no importance ratio, so it runs them as the handout does, on-policy
 (one optimizer step per rollout batch; in smoke batches of 64 rollouts for four times the steps, the same rollouts
-in all). Every grid asks the same question in both profiles.
+in all). Where the smoke base makes a grid ask another question than the handout's (`GridSpec.smoke_differs`:
+learning_rate, length_normalization and std_normalization on the off-policy base; the broad and focused off-policy
+sweeps, which share their full-length runs), the reading prints how beside its verdicts (`smoke_note`).
 
 Grids that pick up earlier results (`off_policy_focused`, `clip_ablation`, `leaderboard`) take them
 as `choices`; `run_sweep` runs the grids they depend on first (finished ones are only read back).
@@ -46,25 +48,25 @@ gradient norm, or a collapsed training reward, stops it early; it is recorded as
 the reason and step) in `runs/<grid>/grid.json` and in the run's `stopped.json`, kept in every
 table and plot, and never retrained.
 
-Noise: the validation answer reward is a mean of 0/1 grades over `n_eval_examples` questions, so two
-runs' final values differ by chance by about `difference_band` (two standard errors, Agresti-Caffo);
-with seed repeats the spread of the repeats counts too. `compare` and `noise_reading` say, from the
-numbers, which differences exceed that band.
+Noise (`hw3lib.experiments.compare`, every band from `hw3lib.core.stats`): the validation answer reward is a mean
+of 0/1 grades over `n_eval_examples` questions shared by every run, so two runs are compared paired on those
+questions when they saved every validation rollout, else with the unpaired band; a grid with one seed per config
+also needs its differences to exceed the seed band measured on the base recipe's seed replicas
+(`hw3lib.experiments.seeds`). `GRIDS` maps each grid's name to its `GridSpec`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from hw3lib.core.io import atomic_write_json, runs_dir
-from hw3lib.core.lifecycle import RunResult, read_result
-from hw3lib.core.runs import latest_checkpoint, metrics_rows
-from hw3lib.grpo.loop import STOPPED_FILE
+from hw3lib.experiments.compare import SEED_GRID, compare, pick_winner
+# The runner's names stay importable from here (notebooks, tests and hw3lib.experiments.parallel use them).
+from hw3lib.experiments.runner import (GRID_FILE, GRID_NAMES, NOT_COMPUTED, DivergenceCheck, Grid,  # noqa: F401
+                                       GridResult, config_key, config_lock, read_stopped, run_config, run_grid,
+                                       shared_run_name)
 from hw3lib.grpo.config import GRPOConfig
 
 FULL_STEPS = 200  # the course's GRPO steps per run
@@ -80,34 +82,6 @@ OFF_POLICY_BATCH_DIVISORS = {"full": (1, 2, 4), "smoke": (1, 4)}  # train_batch_
 # sync_strategy (B): epochs per rollout batch, in optimizer batches of the base's size -- full: 4 epochs of one
 # step of 256; smoke: the base's own schedule (2 epochs of 4 steps of 64), the one that learns on 2 cores.
 SYNC_EPOCHS = {"full": 4, "smoke": 2}
-# Config fields that do not change what a run computes: ignored when looking for a shared run.
-NOT_COMPUTED = ("name", "checkpoint_every", "wandb_project")
-GRID_FILE = "grid.json"
-
-
-@dataclass(frozen=True)
-class Grid:
-    """One experiment: configs named `<grid>/<label>`, each `base` changed by `changes[label]`."""
-
-    name: str
-    profile: str
-    base: GRPOConfig
-    configs: dict[str, GRPOConfig]
-    changes: dict[str, dict]
-    """label -> the settings that config changes from `base` (empty: the base itself)."""
-    reference: str
-    """The label the others are compared with."""
-    question: str
-    """What the grid asks, in one sentence (for tables and the writeup)."""
-    groups: dict[str, list[str]] = field(default_factory=dict)
-    """label -> the labels of its seed repeats (itself first); filled by `build_grid`."""
-    rationale: str = ""
-    """Why the grid's ranges, in words computed from its configs (`off_policy_rationale`); empty for most grids."""
-
-    @property
-    def steps_per_run(self) -> int:
-        """GRPO steps of each run: the base's, unless the grid changes them (`baselines` in smoke)."""
-        return max(cfg.n_grpo_steps for cfg in self.configs.values())
 
 
 # ---- the base and the grids ----------------------------------------------------------------------------
@@ -279,38 +253,89 @@ def _need(choices: dict, key: str, grid: str, what: str):
     return choices[key]
 
 
-# name -> (question, reference label, configs as {label: changes}, the grids it needs first)
-GRIDS: dict[str, tuple[str, str, Callable[[GRPOConfig, dict], dict[str, dict]], tuple[str, ...]]] = {
-    "learning_rate": ("Which learning rate learns fastest, and where does training diverge?", "{lr}",
-                      _learning_rate, ()),
-    "baselines": ("What does subtracting the group mean (the baseline) do?", "reinforce_with_baseline",
-                  _baselines, ()),
-    "length_normalization": ("Per-response (masked_mean) or constant (the generation budget) length normalization?",
-                             "masked_mean", lambda base, c: {"masked_mean": {},
-                                                             "constant": {"length_normalization": "constant"}}, ()),
-    "std_normalization": ("Does dividing advantages by the group std help?", "std_on",
-                          lambda base, c: {"std_on": {}, "std_off": {"use_std_normalization": False}}, ()),
-    "off_policy": ("Broad sweep: how many epochs and optimizer steps per rollout batch pay off (short runs)?",
-                   "e1_b{rollout}", _off_policy_broad, ()),
-    "off_policy_focused": ("The best two off-policy settings against on-policy, full length.", "e1_b{rollout}",
-                           _off_policy_focused, ("off_policy",)),
-    "clip_ablation": ("At the best off-policy setting, what does clipping the ratio do?", "grpo_clip",
-                      _clip_ablation, ("off_policy_focused",)),
-    "prompt": ("R1-Zero prompt and reward vs the question alone with its own reward.", "r1_zero",
-               _prompt, ()),
-    "sync_strategy": ("Colocated on one device: one optimizer step per rollout batch (A) or several epochs (B)?",
-                      "one_step", lambda base, c: {
-                          "one_step": off_policy_settings(base, 1, base.rollout_batch_size),
-                          "multi_epoch": off_policy_settings(base, SYNC_EPOCHS[base.profile], base.train_batch_size)},
-                      ()),
-    "kl_drift": ("How far does the policy drift from the initial one (KL k1, k3) as reward rises?", "kl",
-                 lambda base, c: {"kl": {"monitor_kl": True}}, ()),
-    "leaderboard": ("The best settings the grids found, as one preset.", "best", _leaderboard,
-                    ("learning_rate", "baselines", "length_normalization", "std_normalization", "off_policy_focused",
-                     "clip_ablation")),
-    "algorithms": ("Beyond the handouts: which of the 2025 GRPO variants learns best from the same start?", "grpo",
-                   _algorithms, ()),
+# What the smoke profile's base changes in the handout's question (item of the reading printed beside the verdict).
+_OFF_POLICY_BASE = ("smoke runs this on the smoke base: `grpo_clip`, 2 epochs of 4 optimizer steps per rollout batch "
+                    "(off-policy), where the handout asks it on-policy with `reinforce_with_baseline`; the on-policy "
+                    "schedule does not learn on 2 CPU cores in a usable time (module docstring)")
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """One grid: what it asks, which config the others are compared with, how its configs are built, which grids
+    must run first, how its winner is passed on, which answer builder reads it and, where the smoke profile asks
+    a different question from the handout's, how it differs."""
+
+    question: str
+    """What the grid asks, in one sentence (for tables and the writeup)."""
+    reference: str
+    """The label the others are compared with (`{lr}`, `{rollout}`: filled in from the base)."""
+    configs: Callable[[GRPOConfig, dict], dict[str, dict]]
+    """(base, choices) -> {label: the settings that config changes from the base}."""
+    needs: tuple[str, ...] = ()
+    """The grids whose winners it takes (`run_sweep` runs them first; its run names hash the change)."""
+    loss_only: bool = False
+    """The winner passes on only its `loss_type`: the grid's other settings are the comparison's, not the choice's."""
+    answer: str = "answer_generic"
+    """The builder in hw3lib.experiments.answers that answers its written questions."""
+    smoke_differs: str = ""
+    """How the smoke setting's question differs from the handout's (printed beside the verdict in smoke); empty:
+    the same question."""
+
+
+GRIDS: dict[str, GridSpec] = {
+    "learning_rate": GridSpec("Which learning rate learns fastest, and where does training diverge?", "{lr}",
+                              _learning_rate, answer="answer_learning_rate", smoke_differs=_OFF_POLICY_BASE),
+    "baselines": GridSpec("What does subtracting the group mean (the baseline) do?", "reinforce_with_baseline",
+                          _baselines, loss_only=True, answer="answer_baselines"),
+    "length_normalization": GridSpec(
+        "Per-response (masked_mean) or constant (the generation budget) length normalization?", "masked_mean",
+        lambda base, c: {"masked_mean": {}, "constant": {"length_normalization": "constant"}},
+        answer="answer_length_normalization", smoke_differs=_OFF_POLICY_BASE),
+    "std_normalization": GridSpec("Does dividing advantages by the group std help?", "std_on",
+                                  lambda base, c: {"std_on": {}, "std_off": {"use_std_normalization": False}},
+                                  answer="answer_std_normalization", smoke_differs=_OFF_POLICY_BASE),
+    "off_policy": GridSpec("Broad sweep: how many epochs and optimizer steps per rollout batch pay off (short runs)?",
+                           "e1_b{rollout}", _off_policy_broad, answer="answer_off_policy",
+                           smoke_differs="smoke's broad runs are full length, not short (`BROAD_FRACTION`: the smoke "
+                                         "recipe's validation reward is flat for its first ~30 steps)"),
+    "off_policy_focused": GridSpec("The best two off-policy settings against on-policy, full length.", "e1_b{rollout}",
+                                   _off_policy_focused, needs=("off_policy",), answer="answer_off_policy",
+                                   smoke_differs="smoke's broad runs are already full length, so the focused runs "
+                                                 "re-read the broad ones (shared runs), not a second, longer sweep"),
+    "clip_ablation": GridSpec("At the best off-policy setting, what does clipping the ratio do?", "grpo_clip",
+                              _clip_ablation, needs=("off_policy_focused",), loss_only=True,
+                              answer="answer_clip_ablation"),
+    "prompt": GridSpec("R1-Zero prompt and reward vs the question alone with its own reward.", "r1_zero", _prompt,
+                       answer="answer_prompt"),
+    "sync_strategy": GridSpec(
+        "Colocated on one device: one optimizer step per rollout batch (A) or several epochs (B)?", "one_step",
+        lambda base, c: {"one_step": off_policy_settings(base, 1, base.rollout_batch_size),
+                         "multi_epoch": off_policy_settings(base, SYNC_EPOCHS[base.profile], base.train_batch_size)},
+        answer="answer_sync_strategy"),
+    "kl_drift": GridSpec("How far does the policy drift from the initial one (KL k1, k3) as reward rises?", "kl",
+                         lambda base, c: {"kl": {"monitor_kl": True}}, answer="answer_kl_drift"),
+    "leaderboard": GridSpec("The best settings the grids found, as one preset.", "best", _leaderboard,
+                            needs=("learning_rate", "baselines", "length_normalization", "std_normalization",
+                                   "off_policy_focused", "clip_ablation"), answer="answer_leaderboard"),
+    "algorithms": GridSpec("Beyond the handouts: which of the 2025 GRPO variants learns best from the same start?",
+                           "grpo", _algorithms),
 }
+
+# Run-to-run variation: the base recipe (the reference of learning_rate, length_normalization and
+# std_normalization) repeated with `SEED_REPLICAS` seeds (`hw3lib.experiments.seeds`). Not one of `GRIDS`: it
+# answers no handout question; it measures the seed band every one-seed grid's verdicts use.
+SEED_SPEC = GridSpec("Run-to-run variation: the base recipe with several seeds, nothing else changed.", "base",
+                     lambda base, c: {"base": {}})
+
+
+GRID_NAMES.update(GRIDS, {SEED_GRID})
+
+
+def smoke_note(name: str, profile: str) -> str:
+    """`GridSpec.smoke_differs` of grid `name` in the smoke profile (how its question differs from the handout's);
+    "" in the full profile or where the question is the same."""
+    spec = GRIDS.get(name)
+    return spec.smoke_differs if spec is not None and profile == "smoke" else ""
 
 
 def grid_base(name: str, profile: str | None = None, steps: int | None = None) -> GRPOConfig:
@@ -328,11 +353,11 @@ def grid_base(name: str, profile: str | None = None, steps: int | None = None) -
 def grid_run_name(grid: str, label: str, change: dict) -> str:
     """The run name (folder under runs/) of config `label` of `grid`, which changes the grid's base by
     `change`: `<grid>/<label>`, and for a grid whose configs are derived from earlier grids' results
-    (`GRIDS[grid][3]`: off_policy_focused, clip_ablation, leaderboard) `<grid>/<label>-<8 hex digits of the
+    (`GRIDS[grid].needs`: off_policy_focused, clip_ablation, leaderboard) `<grid>/<label>-<8 hex digits of the
     change>`. Other winners make a new run instead of resuming the run of an earlier derivation under the
     same label (which refused: "the config differs"); the same winners find the same run again. Only the
     change is hashed, so a run stays found when it is extended (more steps) or hw3lib adds a setting."""
-    if not GRIDS[grid][3]:
+    if grid not in GRIDS or not GRIDS[grid].needs:
         return f"{grid}/{label}"
     canonical = json.dumps(json.loads(json.dumps(change)), sort_keys=True)  # tuples -> lists, as in config.json
     return f"{grid}/{label}-{hashlib.sha1(canonical.encode()).hexdigest()[:8]}"
@@ -343,12 +368,12 @@ def build_grid(name: str, profile: str | None = None, steps: int | None = None, 
     """The grid `name` in `profile` (default: $HW3_PROFILE / GPU present), `steps` GRPO steps per run
     (default: the profile's; broad off-policy runs a fraction of it), repeated for each of `seeds`
     (default: the profile's seed only). `choices` carries what dependent grids pick up from earlier ones."""
-    if name not in GRIDS:
+    if name not in GRIDS and name != SEED_GRID:
         raise ValueError(f"unknown grid {name!r}: choose one of {', '.join(GRIDS)}")
-    question, reference, configs_of, _ = GRIDS[name]
+    spec = GRIDS.get(name, SEED_SPEC)
     base = grid_base(name, profile, steps)
-    changes = configs_of(base, choices or {})
-    reference = reference.format(rollout=base.rollout_batch_size, lr=lr_label(base.learning_rate))
+    changes = spec.configs(base, choices or {})
+    reference = spec.reference.format(rollout=base.rollout_batch_size, lr=lr_label(base.learning_rate))
     seeds = list(seeds) if seeds else [base.seed]
     configs, all_changes, groups = {}, {}, {}
     for label, change in changes.items():
@@ -361,170 +386,16 @@ def build_grid(name: str, profile: str | None = None, steps: int | None = None, 
             groups[label].append(run_label)
     rationale = (off_policy_rationale(name, base, changes, common_base(profile, steps).n_grpo_steps)
                  if name in ("off_policy", "off_policy_focused") else "")
-    return Grid(name, base.profile, base, configs, all_changes, reference, question, groups, rationale)
-
-
-# ---- divergence ---------------------------------------------------------------------------------------
-
-@dataclass
-class DivergenceCheck:
-    """`train(..., stop_when=DivergenceCheck())`: the reason to stop a diverged run, else None.
-
-    Diverged: a non-finite loss or gradient norm in any optimizer step, or a collapsed reward -- the
-    mean training reward of the last `window` GRPO steps below `collapse_fraction` of the mean of
-    the first `window` (when that start is at least `min_start_reward`, so a run that never had
-    reward is not called collapsed).
-    """
-
-    window: int = 5
-    collapse_fraction: float = 0.25
-    min_start_reward: float = 0.05
-    rewards: list[float] = field(default_factory=list)
-    """Training reward per GRPO step seen so far (`seed` fills it from a resumed run's metrics)."""
-
-    def seed(self, rows: Sequence[dict], up_to_step: int) -> None:
-        """Take the per-step rewards of a run's logged rows up to GRPO step `up_to_step` (a resume point)."""
-        per_step = {row["grpo_step"]: row["train/reward"] for row in rows
-                    if "train/loss" in row and row["grpo_step"] <= up_to_step}
-        self.rewards = [per_step[k] for k in sorted(per_step)]
-
-    def __call__(self, rows: Sequence[dict]) -> str | None:
-        for row in rows:
-            for key in ("train/loss", "train/grad_norm"):
-                if not math.isfinite(row[key]):
-                    return f"{key} = {row[key]} at optimizer step {row['step']} (GRPO step {row['grpo_step']})"
-        self.rewards.append(rows[0]["train/reward"])
-        if len(self.rewards) < 2 * self.window:
-            return None
-        start = sum(self.rewards[:self.window]) / self.window
-        recent = sum(self.rewards[-self.window:]) / self.window
-        if start >= self.min_start_reward and recent < self.collapse_fraction * start:
-            return (f"training reward collapsed: {recent:.3f} over the last {self.window} GRPO steps vs "
-                    f"{start:.3f} over the first {self.window} (below {self.collapse_fraction:g} x)")
-        return None
-
-
-# ---- the runner ---------------------------------------------------------------------------------------
-
-@dataclass
-class GridResult:
-    """A grid's runs: `results[label]` (RunResult) and `records[label]` (status, run folder, reason)."""
-
-    grid: Grid
-    results: dict[str, RunResult]
-    records: dict[str, dict]
-
-    def diverged(self, label: str) -> bool:
-        return self.records[label]["status"] == "diverged"
-
-
-def config_key(config: dict) -> str:
-    """The settings that determine what a run computes (JSON, name and bookkeeping fields dropped)."""
-    config = json.loads(json.dumps(config))  # tuples -> lists, as saved in config.json
-    return json.dumps({k: v for k, v in config.items() if k not in NOT_COMPUTED}, sort_keys=True)
-
-
-def shared_run_name(cfg: GRPOConfig) -> str:
-    """Where `cfg` runs: its own folder if that holds a run, else another grid's run with the same
-    settings (the first in sorted order), else its own folder."""
-    root = runs_dir()
-    if (root / cfg.name / "config.json").is_file():
-        return cfg.name
-    key = config_key(cfg.to_dict())
-    for path in sorted(root.glob("*/*/config.json")):
-        if path.parent.parent.name in GRIDS or (path.parent.parent / GRID_FILE).is_file():
-            try:
-                if config_key(json.loads(path.read_text())) == key:
-                    return f"{path.parent.parent.name}/{path.parent.name}"
-            except (OSError, json.JSONDecodeError):
-                continue  # a half-written folder of another run is not a match
-    return cfg.name
-
-
-def read_stopped(run_dir) -> dict | None:
-    """The run's `stopped.json` if it describes the run's latest checkpoint (a run resumed by hand past
-    its stop has moved on: the file is then stale and ignored)."""
-    path, checkpoint = run_dir / STOPPED_FILE, latest_checkpoint(run_dir)
-    if not path.is_file() or checkpoint is None:
-        return None
-    stopped = json.loads(path.read_text())
-    return stopped if stopped["grpo_step"] == json.loads((checkpoint / "state.json").read_text())["grpo_step"] else None
-
-
-def run_config(cfg: GRPOConfig, check: DivergenceCheck | None = None,
-               callback: Callable[[dict], None] | None = None) -> tuple[RunResult, dict]:
-    """Train (or reuse, or resume) one run, watched by `check`: `(result, record)`."""
-    from hw3lib.grpo.loop import train
-
-    run_dir = runs_dir() / cfg.name
-    stopped = read_stopped(run_dir)
-    if stopped is not None:  # diverged before: read it back, never train it again
-        checkpoint = latest_checkpoint(run_dir)
-        state = json.loads((checkpoint / "state.json").read_text())
-        result = read_result(run_dir, cfg, state)
-    else:
-        check = check if check is not None else DivergenceCheck()
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is not None:  # a resumed run: the rewards before its checkpoint count
-            check.seed(metrics_rows(run_dir), json.loads((checkpoint / "state.json").read_text())["grpo_step"])
-        result = train(cfg, resume=True, callback=callback, stop_when=check)
-        stopped = read_stopped(run_dir)
-    record = {"run": cfg.name, "status": "diverged" if stopped else "finished", "grpo_steps": result.grpo_steps,
-              "n_grpo_steps": cfg.n_grpo_steps, "wall_clock_s": result.elapsed_s}
-    if stopped:
-        record.update(reason=stopped["reason"], stopped_at=stopped["grpo_step"])
-    return result, record
-
-
-@contextmanager
-def config_lock(cfg: GRPOConfig) -> Iterator[None]:
-    """Held while one config's run is found and trained: two sweeps running at once (hw3lib.experiments.parallel)
-    never train the same settings twice -- the second waits for the lock, then finds the first's run and
-    reuses it. One lock file per set of settings under `runs/.locks/` (flock: released if a process dies)."""
-    import fcntl
-
-    locks = runs_dir() / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    path = locks / f"{hashlib.sha1(config_key(cfg.to_dict()).encode()).hexdigest()[:16]}.lock"
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def run_grid(grid: Grid, check: Callable[[], DivergenceCheck] = DivergenceCheck,
-             callback: Callable[[dict], None] | None = None) -> GridResult:
-    """Run every config of `grid` in turn (see the module docstring); `runs/<grid>/grid.json` records
-    each config's run folder and status after each run, so an interrupted sweep keeps what it did."""
-    from tqdm.auto import tqdm
-
-    manifest_path = runs_dir() / grid.name / GRID_FILE
-    manifest = {"grid": grid.name, "profile": grid.profile, "question": grid.question, "reference": grid.reference,
-                "configs": {}}
-    results, records = {}, {}
-    for label, cfg in tqdm(grid.configs.items(), desc=f"grid {grid.name}", unit="run"):
-        with config_lock(cfg):
-            where = shared_run_name(cfg)
-            if where != cfg.name:
-                print(f"=== {grid.name}/{label}: same settings as {where}; using that run", flush=True)
-            else:
-                print(f"=== {grid.name}/{label}", flush=True)
-            results[label], record = run_config(cfg.replace(name=where), check(), callback)
-        records[label] = {**record, "shared": where != cfg.name, "changes": grid.changes[label]}
-        manifest["configs"][label] = records[label]
-        atomic_write_json(manifest_path, manifest)
-    return GridResult(grid, results, records)
+    return Grid(name, base.profile, base, configs, all_changes, reference, spec.question, groups, rationale)
 
 
 def run_sweep(name: str, profile: str | None = None, steps: int | None = None, seeds: Sequence[int] | None = None,
               check: Callable[[], DivergenceCheck] = DivergenceCheck) -> GridResult:
-    """Run grid `name` after the grids it depends on (finished ones are only read back), with the
-    choices they lead to (`choices_from`)."""
+    """Run grid `name` after the grids it needs (finished ones are only read back), with the choices they lead
+    to (`choices_from`)."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}: choose one of {', '.join(GRIDS)}")
-    earlier = {needed: choices_from(run_sweep(needed, profile, steps, seeds, check)) for needed in GRIDS[name][3]}
+    earlier = {needed: choices_from(run_sweep(needed, profile, steps, seeds, check)) for needed in GRIDS[name].needs}
     if name == "leaderboard":
         settings = {}
         for needed, picked in earlier.items():
@@ -538,27 +409,25 @@ def run_sweep(name: str, profile: str | None = None, steps: int | None = None, s
     return run_grid(build_grid(name, profile, steps, seeds, choices), check)
 
 
-# Grids whose winner gives later grids only its loss: clip_ablation runs at the off-policy setting, baselines on the
-# handout's one-epoch schedule -- settings of the comparison, not of the choice.
-LOSS_ONLY_GRIDS = ("clip_ablation", "baselines")
+def winner_settings(name: str, changes: dict, loss_type: str) -> dict:
+    """The settings a grid's winner passes on: its changes, or only its loss type (`GridSpec.loss_only`)."""
+    return {"loss_type": loss_type} if name in GRIDS and GRIDS[name].loss_only else dict(changes)
 
 
 def choices_from(result: GridResult) -> dict:
     """What later grids take from a finished one.
 
-    `settings`: the changes of the winner -- the best-ending run that did not diverge if it beats the
-    reference beyond noise, else the reference (clip_ablation and baselines: only its `loss_type`). The broad
-    off-policy grid adds `top` (the two best off-policy settings), the focused one `off_policy` (the
-    best off-policy setting).
+    `settings`: the changes of the winner (`hw3lib.experiments.compare.pick_winner`: the best-ending run that did
+    not diverge if it beats the reference beyond noise, else the reference; `GridSpec.loss_only`: only its
+    `loss_type`). The broad off-policy grid adds `top` (the two best off-policy settings), the focused one
+    `off_policy` (the best off-policy setting).
     """
-    grid, rows = result.grid, compare(result)
-    ranked = sorted((r for r in rows if r["status"] != "diverged"), key=lambda r: -r["end"])
-    winner = next((r["label"] for r in ranked if r["beyond_noise"] and r["diff"] > 0), grid.reference)
-    settings = dict(grid.changes[winner])
-    if grid.name in LOSS_ONLY_GRIDS:
-        settings = {"loss_type": result.results[winner].config.loss_type}
-    choices = {"settings": settings, "reference_won": winner == grid.reference}
-    off_policy = [grid.changes[r["label"]] for r in ranked if r["label"] != grid.reference]  # reference: on-policy
+    grid = result.grid
+    pick = pick_winner(compare(result), grid.reference)
+    winner = pick.winner["label"]
+    choices = {"settings": winner_settings(grid.name, grid.changes[winner], result.results[winner].config.loss_type),
+               "reference_won": pick.reference_won}
+    off_policy = [grid.changes[r["label"]] for r in pick.ranked if r["label"] != grid.reference]  # reference: on-policy
     if grid.name == "off_policy":
         choices["top"] = off_policy[:2]
     if grid.name == "off_policy_focused":
@@ -566,80 +435,3 @@ def choices_from(result: GridResult) -> dict:
             raise ValueError(f"grid {grid.name}: every off-policy run diverged, so there is no setting to ablate")
         choices["off_policy"] = off_policy[0]
     return choices
-
-
-# ---- noise -------------------------------------------------------------------------------------------
-
-def binomial_band(p: float, n: int, z: float = 2.0) -> float:
-    """z standard errors of an accuracy `p` measured on `n` questions (Agresti-Coull: one success and
-    one failure added, so 0% and 100% still get a band)."""
-    adjusted = (p * n + 1) / (n + 2)
-    return z * math.sqrt(adjusted * (1 - adjusted) / (n + 2))
-
-
-def difference_band(p1: float, n1: int, p2: float, n2: int, z: float = 2.0) -> float:
-    """z standard errors of the difference of two accuracies (Agresti-Caffo: one success and one
-    failure added to each), the noise a gap between two runs must exceed."""
-    a1, a2 = (p1 * n1 + 1) / (n1 + 2), (p2 * n2 + 1) / (n2 + 2)
-    return z * math.sqrt(a1 * (1 - a1) / (n1 + 2) + a2 * (1 - a2) / (n2 + 2))
-
-
-def seed_band(values1: Sequence[float], values2: Sequence[float], z: float = 2.0) -> float | None:
-    """z standard errors of the difference of two means over seed repeats (None with fewer than 2 each)."""
-    if len(values1) < 2 or len(values2) < 2:
-        return None
-
-    def variance(v):
-        mean = sum(v) / len(v)
-        return sum((x - mean) ** 2 for x in v) / (len(v) - 1)
-
-    return z * math.sqrt(variance(values1) / len(values1) + variance(values2) / len(values2))
-
-
-def compare(result: GridResult, metric: str = "eval/answer_reward") -> list[dict]:
-    """One row per config group: its final validation value (mean over seed repeats), start, rise, the
-    difference from the reference, the noise band of that difference and whether it exceeds it."""
-    grid = result.grid
-    finals, rows = {}, []
-    for group, labels in grid.groups.items():
-        evals = [result.results[label].eval_rows for label in labels]
-        finals[group] = {"end": [e[-1][metric] for e in evals], "start": [e[0][metric] for e in evals],
-                         "n": evals[0][-1]["eval/n"]}
-    ref = finals[grid.reference]
-    ref_end = sum(ref["end"]) / len(ref["end"])
-    for group, labels in grid.groups.items():
-        mine = finals[group]
-        end, start = sum(mine["end"]) / len(mine["end"]), sum(mine["start"]) / len(mine["start"])
-        band = difference_band(end, mine["n"] * len(mine["end"]), ref_end, ref["n"] * len(ref["end"]))
-        spread = seed_band(mine["end"], ref["end"])
-        band = max(band, spread) if spread is not None else band
-        record = result.records[labels[0]]
-        rows.append({"label": group, "status": "diverged" if any(result.diverged(l) for l in labels) else "finished",
-                     "reason": record.get("reason"), "stopped_at": record.get("stopped_at"), "start": start,
-                     "end": end, "rise": end - start, "seeds": len(labels), "n": mine["n"],
-                     "diff": end - ref_end, "band": band,
-                     "beyond_noise": group != grid.reference and abs(end - ref_end) > band,
-                     "wall_clock_s": sum(result.records[l]["wall_clock_s"] for l in labels) / len(labels)})
-    return rows
-
-
-def noise_reading(result: GridResult, rows: list[dict] | None = None, learn_points: float = 10.0) -> str:
-    """In words, from the numbers: whether the reference learned (>= `learn_points` above its start), and
-    for every other config whether its difference from the reference exceeds the noise band."""
-    grid, rows = result.grid, rows if rows is not None else compare(result)
-    ref = next(r for r in rows if r["label"] == grid.reference)
-    band_kind = "seed repeats and binomial" if ref["seeds"] > 1 else f"binomial, {ref['n']} questions"
-    lines = [f"`{grid.reference}` went from {ref['start']:.1%} to {ref['end']:.1%} "
-             f"({100 * ref['rise']:+.1f} points: {'learned' if 100 * ref['rise'] >= learn_points else 'did not learn'} "
-             f"by the {learn_points:g}-point bar)."]
-    for row in rows:
-        if row["label"] == grid.reference:
-            continue
-        head = f"`{row['label']}` ends at {row['end']:.1%}, {100 * row['diff']:+.1f} points vs `{grid.reference}`"
-        if row["status"] == "diverged":
-            head = f"`{row['label']}` diverged at GRPO step {row['stopped_at']} ({row['reason']}); it ends at " \
-                   f"{row['end']:.1%}, {100 * row['diff']:+.1f} points vs `{grid.reference}`"
-        verdict = ("beyond" if row["beyond_noise"] else "within") + \
-                  f" the noise band of ±{100 * row['band']:.1f} points (2 s.e., {band_kind})"
-        lines.append(f"{head}: {verdict}" + ("." if row["beyond_noise"] else ", so not distinguishable."))
-    return "\n".join(f"- {line}" for line in lines)

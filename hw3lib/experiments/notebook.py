@@ -53,8 +53,20 @@ def show_grid(result: GridResult) -> dict:
     for name in report["figures"]:
         display(Image(filename=str(figures_dir() / name)))
     answers = "\n".join(f"- {answer}" for answer in report.get("answers", []))
-    display(Markdown(f"**Reading (computed from the runs).**\n\n{report['reading']}\n\n{answers}"))
+    display(Markdown(f"**Reading (computed from the runs).** {seed_line(report['findings'])}\n\n"
+                     f"{report['reading']}\n\n{answers}"))
     return report
+
+
+def seed_line(findings: dict) -> str:
+    """Which run-to-run variation the grid's verdicts count, in one sentence (from `grid_summary`'s findings)."""
+    if findings["seed_source"] == "repeats":
+        return "Run-to-run variation: each config's seed repeats."
+    if findings["seed_band"] is not None:
+        return (f"One seed per config: every difference must also exceed the base recipe's measured seed band, "
+                f"±{100 * findings['seed_band']:.1f} points.")
+    return ("One seed per config and no seed band measured yet (`hw3lib.experiments.seeds.measure_seed_band`): "
+            "run-to-run variation is not counted in these verdicts.")
 
 
 def show_grid_if_run(results: dict[str, GridResult], name: str, course=None) -> dict | None:

@@ -10,7 +10,7 @@ Where the grids run (`grid_workers`, one environment per slot):
   side by side, one thread each, finish sooner than the same two runs one after the other on two threads.
 
 `run_grids_parallel` starts `python -m hw3lib.experiments.parallel --grid NAME` in a free slot for the next grid in
-`ORDER` whose prerequisites (`GRIDS[name][3]`) have finished, as soon as a slot frees up; each grid runs with
+`ORDER` whose prerequisites (`GRIDS[name].needs`) have finished, as soon as a slot frees up; each grid runs with
 `hw3lib.experiments.grids.run_sweep` (finished runs only read back). Configs that two grids share are trained
 once: `run_grid` holds a per-settings lock, so the second grid waits and then reuses the first's run --
 which is why the order starts with the grids that train the common base. Afterwards the parent reads
@@ -101,7 +101,7 @@ def check_grids_fit(grids: Sequence[str], profile: str, steps: int | None) -> No
     from hw3lib.experiments.grids import build_grid, grid_base
 
     for name in grids:
-        configs = [grid_base(name, profile, steps)] if GRIDS[name][3] else build_grid(name, profile, steps).configs.values()
+        configs = [grid_base(name, profile, steps)] if GRIDS[name].needs else build_grid(name, profile, steps).configs.values()
         for cfg in configs:
             preflight(cfg, "grpo")
 
@@ -131,7 +131,7 @@ def run_grids_parallel(profile: str | None = None, steps: int | None = None, gri
                 finished.add(name)
                 bar.update(1)
             while free:
-                ready = next((n for n in pending if all(d in finished or d not in grids for d in GRIDS[n][3])), None)
+                ready = next((n for n in pending if all(d in finished or d not in grids for d in GRIDS[n].needs)), None)
                 if ready is None:
                     break
                 pending.remove(ready)

@@ -63,12 +63,12 @@ class Plan:
 
     def text(self) -> str:
         """The plan in a few lines (smoke: one line, plus the skipped sections if any)."""
-        skipped = [f"Skipped as extras for the {self.course.title} course: {'; '.join(self.skipped)}. To run them, "
+        skipped = [f"Skipped as extras for the {self.course.handout} handout: {'; '.join(self.skipped)}. To run them, "
                    f"{OPT_IN}."] if self.skipped else []
         if self.profile != "full":
             return "\n".join([f"{self.profile}: CPU only, no GPU work.", *skipped])
         width = max([len(item.what) for item in self.items] + [5])
-        head = (f"Notebook {self.notebook}, full profile, {self.course.title}: what it runs and its GPU-hours, "
+        head = (f"Notebook {self.notebook}, full profile, {self.course.handout} ({self.course.title}): what it runs and its GPU-hours, "
                 f"{self.card} (every response at the token budget / at half of it; from hw3lib.core.cost):")
         rows = [f"  {item.what:{width}s}  {_hours(item.hours)}" for item in self.items]
         return "\n".join([head, *rows, f"  {'total':{width}s}  {_hours(self.total)}", *skipped,
@@ -85,7 +85,7 @@ def skipped_note(section: str | None, course: Course | str | None = None) -> str
     """The line a notebook prints in place of `section` (None: the `algorithms` grid) when it skips it as an extra."""
     crs = course if isinstance(course, Course) else get_course(course)
     what = BEYOND_HANDOUTS if section is None else section_words(section)
-    return f"Skipped: {what} is an extra for the {crs.title} course. To run it, {OPT_IN} and run again."
+    return f"Skipped: {what} is an extra for the {crs.handout} handout. To run it, {OPT_IN} and run again."
 
 
 def section_words(section: str) -> str:
@@ -149,10 +149,10 @@ def _shapes() -> dict:
 def shape_for(model: str, crs: Course):
     """The cost model's Shape of `model`: a course model by its hub id; any other (a local folder, $HW3_MODEL) as the
     course's own model, whose shape the full profile assumes."""
-    from hw3lib.core.profile import get_profile
+    from hw3lib.core.preflight import COURSE_MODELS
 
     shapes = _shapes()
-    default = get_profile("full").math_model if crs.uses_math_model else "Qwen/Qwen3-0.6B"
+    default = COURSE_MODELS[crs.name]
     return shapes.get(model, shapes.get(default, shapes["Qwen/Qwen3-0.6B"]))
 
 
@@ -230,6 +230,14 @@ def _items_05(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
         steps = "/".join(str(s) for s in sorted({c.n_grpo_steps for c in configs}))
         items.append(PlanItem(GRID_SECTIONS[name] or "algorithms", f"grid `{name}`, {len(configs)} run(s) x {steps} "
                                                                    "steps", _grpo_hours(configs, crs, acc)))
+    if "ablations" in run:  # the base recipe's seed replicas (hw3lib.experiments.seeds): the first is a grid's run
+        from hw3lib.experiments.seeds import SEED_REPLICAS, seed_grid
+
+        with course_environment(crs):
+            replicas = list(seed_grid("full").configs.values())[1:]
+        items.append(PlanItem("ablations", f"seed band: the base recipe with {SEED_REPLICAS['full']} seeds, "
+                                           f"{len(replicas)} more run(s) x {replicas[0].n_grpo_steps} steps",
+                              _grpo_hours(replicas, crs, acc)))
     if {"sft", "expert_iteration"} & run:  # notebook 05 runs the two together (one reading compares them)
         items += _sft_ei_items(crs, acc)
     return items
@@ -272,6 +280,6 @@ def grid_configs(name: str, crs: Course) -> list:
     settings as winners (the on-policy point), so its size and length are what it will run."""
     from hw3lib.experiments.grids import GRIDS, build_grid
 
-    choices = {"top": [{}, {}], "off_policy": {}, "settings": {}} if GRIDS[name][3] else None
+    choices = {"top": [{}, {}], "off_policy": {}, "settings": {}} if GRIDS[name].needs else None
     with course_environment(crs):
         return list(build_grid(name, "full", choices=choices).configs.values())

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from hw3lib.experiments.grids import GridResult, binomial_band
+from hw3lib.core.stats import accuracy_interval
+from hw3lib.experiments.runner import GridResult
 from hw3lib.core.io import save_figure
 from hw3lib.grpo.results import TIME_PARTS, time_breakdown
 
@@ -53,19 +54,19 @@ def _title(result: GridResult) -> str:
 
 
 def plot_reward(result: GridResult, path_stem: str | None = None):
-    """Validation answer reward vs GRPO step (left) and vs wall-clock minutes (right), with 2-s.e. bands."""
+    """Validation answer reward vs GRPO step (left) and vs wall-clock minutes (right), each validation with its
+    Wilson interval (`hw3lib.core.stats.wilson`, 2 s.e.) as a band."""
     import matplotlib.pyplot as plt
 
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     for label, run in result.results.items():
         evals = run.eval_rows
         rewards = [row["eval/answer_reward"] for row in evals]
-        bands = [binomial_band(p, row["eval/n"]) for p, row in zip(rewards, evals)]
+        bands = [accuracy_interval(p, row["eval/n"]) for p, row in zip(rewards, evals)]
         for ax, xs in ((by_step, [row["grpo_step"] for row in evals]),
                        (by_time, [row["time/elapsed_s"] / 60 for row in evals])):
             line, = ax.plot(xs, rewards, marker="o", markersize=3, label=_label(result, label))
-            ax.fill_between(xs, [r - b for r, b in zip(rewards, bands)], [r + b for r, b in zip(rewards, bands)],
-                            color=line.get_color(), alpha=0.12)
+            ax.fill_between(xs, [b.low for b in bands], [b.high for b in bands], color=line.get_color(), alpha=0.12)
             if result.diverged(label):
                 ax.plot(xs[-1:], rewards[-1:], "x", color=line.get_color(), markersize=10, markeredgewidth=2)
     by_step.set(xlabel="GRPO step", ylabel="validation answer reward", title="per GRPO step")

@@ -57,6 +57,9 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
 - In the full profile's rehearsal ($HW3_REHEARSAL=1, hw3lib.workbook.rehearse) engines start with
   `enforce_eager=True`: the walk checks hw3lib's control flow, and vLLM's torch.compile warm-up was 5.5 of
   the 7.4 s each engine start took on 2 CPU cores (a walk starts about 70).
+- Architectures vLLM serves through its Transformers backend (OLMo-2, CS336 2026's model) start eager, and the
+  transformers classes it decorates in place are restored after the engine is built
+  (hw3lib.generation.vllm_backend_guard): otherwise the trainer's policy, an instance of the same class, fails.
 - `close` also unregisters the torch.compile hooks vLLM left pinning the model
   (`_release_compiled_model`): without it every engine closed in a process kept its weights.
 """
@@ -125,11 +128,18 @@ class VLLMEngine:
                                                                           max_model_len)
         if rehearsal_requested():  # the full profile's rehearsal walks control flow, not vLLM's compiler: its
             llm_kwargs.setdefault("enforce_eager", True)  # warm-up was 5.5 of 7.4 s per engine start on 2 CPU cores
+        from hw3lib.generation.vllm_backend_guard import (architecture_modules, classes_kept,
+                                                          served_by_transformers_backend)
+
+        backend = served_by_transformers_backend(path)  # e.g. OLMo-2: vLLM would rewrite the trainer's class
+        if backend:
+            llm_kwargs["enforce_eager"] = True  # the restored classes run their plain forward: no compiled graph
         self.progress = progress
         self._hooks_before = set(_compile_hooks())  # what close() must not touch (see _release_compiled_model)
-        self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-                            max_model_len=max_model_len, enable_sleep_mode=self.sleep_mode,
-                            logprobs_mode="processed_logprobs", **llm_kwargs)
+        with classes_kept(*(architecture_modules(path) if backend else ())):
+            self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+                                max_model_len=max_model_len, enable_sleep_mode=self.sleep_mode,
+                                logprobs_mode="processed_logprobs", **llm_kwargs)
         _forget_import_tracebacks()  # vLLM imports more of itself while building the engine
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len

@@ -51,6 +51,7 @@ woken with the weights (`Learner.validate`, vLLM's documented sequence: hw3lib.g
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import deque
@@ -254,6 +255,24 @@ def actor_options(cfg: GRPOConfig) -> tuple[dict, dict]:
 
 # ---- the driver ------------------------------------------------------------------------------------------
 
+TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return TOKEN_NOTICE not in record.getMessage()
+
+
+def quiet_token_auth_notice() -> None:
+    """Drop Ray's log line saying that it chose token authentication for a new local cluster (its default, which
+    we keep): it landed in every notebook's output. Only that line: Ray's mode and every other message are
+    untouched (setting RAY_AUTH_MODE ourselves would also silence it, but Ray caches the mode process-wide, and a
+    later ray.init in the same process then disagrees with its own GCS)."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
+        logger.addFilter(_DropTokenNotice())
+
+
 def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume: bool = False,
                 overwrite: bool = False, callback=None, on_step=None,
                 fail_at_generation: int | None = None) -> RunResult:
@@ -282,6 +301,7 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
 
     started_ray = not ray.is_initialized()
     if started_ray:
+        quiet_token_auth_notice()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True, configure_logging=False)
     env = {key: os.environ[key] for key in _ENV_KEYS if key in os.environ}
     env.setdefault("HW3_RUNS_DIR", str(runs_dir()))

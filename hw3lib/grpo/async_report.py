@@ -14,7 +14,6 @@ halves in turn, so each half is idle while the other runs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -23,7 +22,8 @@ from hw3lib.grpo.async_loop import REPLAY_FILE, TIMINGS_FILE, AsyncConfig, train
 from hw3lib.core.io import read_json, read_jsonl, save_figure
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.core.writeup_keys import config_settings
-from hw3lib.grpo.results import time_breakdown
+from hw3lib.core.stats import Noise, compare_outcomes, noise_words, question_outcomes
+from hw3lib.grpo.results import load_samples, time_breakdown
 from hw3lib.grpo.loop import train
 from hw3lib.grpo.config import GRPOConfig
 
@@ -118,6 +118,18 @@ def step_times(result: RunResult) -> list[dict]:
     return rows
 
 
+def _outcomes(result: RunResult, eval_row: dict) -> list[int] | None:
+    """The validation's per-question answer rewards, when the run saved every rollout of it (else None: only
+    the rate is known, and comparisons fall back to the unpaired band)."""
+    if result.run_dir is None:
+        return None
+    try:
+        samples = load_samples(result.run_dir, eval_row["grpo_step"])
+    except FileNotFoundError:
+        return None
+    return question_outcomes(samples, eval_row["eval/n"])
+
+
 def uses_per_group(result: RunResult) -> float:
     """Mean number of times each trained rollout group was trained on: 1.0 when every rollout is used once
     (sync, one-behind), up to `max_uses` for replay (from the run's replay.json)."""
@@ -144,6 +156,7 @@ def schedule_table(results: Mapping[str, RunResult]) -> list[dict]:
             "generator_idle_s": max(0.0, mean["wall"] - mean["generation"] - mean["weight_sync"]),
             "learner_idle_s": max(0.0, mean["wall"] - mean["training"] - mean["weight_sync"]),
             "eval_start": evals[0]["eval/answer_reward"], "eval_end": evals[-1]["eval/answer_reward"],
+            "outcomes_start": _outcomes(result, evals[0]), "outcomes_end": _outcomes(result, evals[-1]),
             "n_eval": evals[-1]["eval/n"], "grpo_steps": result.grpo_steps,
             "mean_staleness": float(np.mean([r.get("async/staleness", 0) for r in rows])),
             "uses_per_group": uses_per_group(result),
@@ -157,9 +170,26 @@ def schedule_table(results: Mapping[str, RunResult]) -> list[dict]:
     return table
 
 
-def noise_band(p1: float, p2: float, n: int) -> float:
-    """Two standard errors of the difference of two validation accuracies on `n` questions each."""
-    return 2 * math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
+def validation_noise(a: dict, b: dict, a_key: str = "eval_end", b_key: str = "eval_end") -> Noise:
+    """`Noise` of row a's `a_key` validation minus row b's `b_key` (both on the same held-out questions): paired
+    when both rows carry that validation's per-question outcomes (`outcomes_start` / `outcomes_end`: only when
+    the run saved every validation rollout), else the unpaired band of the two rates."""
+    def outcomes(row: dict, key: str):
+        return row.get("outcomes_" + key.removeprefix("eval_"))
+
+    noise = compare_outcomes(outcomes(a, a_key), outcomes(b, b_key), a[a_key], a["n_eval"], b[b_key], b["n_eval"])
+    return noise
+
+
+def schedule_findings(table: list[dict]) -> dict[str, dict]:
+    """The reading's verdicts as data: the synchronous run's rise (end vs start) and each schedule's final
+    validation against the synchronous run's (`Noise.to_dict`), keyed `sync_rise` and the schedule names."""
+    sync = next((row for row in table if row["schedule"] == "sync"), None)
+    if sync is None:
+        return {}
+    found = {"sync_rise": validation_noise(sync, sync, "eval_end", "eval_start").to_dict()}
+    found.update({row["schedule"]: validation_noise(row, sync).to_dict() for row in table if row is not sync})
+    return found
 
 
 def overlap_ceiling(sync_step_s: float, generation_s: float, training_s: float) -> float:
@@ -179,29 +209,25 @@ def schedule_reading(table: list[dict]) -> str:
         lines.append(f"**Which component dominates?** In the synchronous loop {dominant} takes {share:.0%} of a "
                      f"step ({sync['generation_s']:.2f} s generating and scoring, {sync['training_s']:.2f} s "
                      f"training, {sync['weight_sync_s']:.3f} s weight sync per step).")
-        band = noise_band(sync["eval_start"], sync["eval_end"], sync["n_eval"])
-        gain = sync["eval_end"] - sync["eval_start"]
+        gain = validation_noise(sync, sync, "eval_end", "eval_start")
         lines.append(f"**Does the synchronous loop learn here?** Validation answer reward {sync['eval_start']:.1%} -> "
-                     f"{sync['eval_end']:.1%} ({100 * gain:+.1f} points over {sync['grpo_steps']} GRPO steps; "
-                     + ("beyond" if abs(gain) > band else "within") + f" the noise band of +-{100 * band:.1f} points).")
+                     f"{sync['eval_end']:.1%} ({100 * gain.diff:+.1f} points over {sync['grpo_steps']} GRPO steps; "
+                     f"{noise_words(gain)}).")
     for row in table:
         if row["schedule"] == "sync" or sync is None:
             continue
-        band = noise_band(sync["eval_end"], row["eval_end"], row["n_eval"])
-        diff = row["eval_end"] - sync["eval_end"]
-        verdict = "within" if abs(diff) <= band else "outside"
+        versus = validation_noise(row, sync)
         lines.append(
             f"**{row['schedule']}**: {row['steps_per_minute'] / sync['steps_per_minute']:.2f}x the synchronous "
             f"loop's GRPO steps per minute ({row['steps_per_minute']:.1f} vs {sync['steps_per_minute']:.1f}); "
             f"mean staleness {row['mean_staleness']:.2f} policy versions, each rollout group trained on "
             f"{row['uses_per_group']:.2f} times on average; final validation answer reward "
-            f"{row['eval_end']:.1%} vs {sync['eval_end']:.1%} ({100 * diff:+.1f} points, {verdict} the noise band "
-            f"of +-{100 * band:.1f} points). Gradient norm mean {row['grad_norm_mean']:.3f} (max "
+            f"{row['eval_end']:.1%} vs {sync['eval_end']:.1%} ({100 * versus.diff:+.1f} points, "
+            f"{noise_words(versus)}). Gradient norm mean {row['grad_norm_mean']:.3f} (max "
             f"{row['grad_norm_max']:.3f}) vs {sync['grad_norm_mean']:.3f} ({sync['grad_norm_max']:.3f}); "
             f"clip fraction {row['clip_fraction_mean']:.3f} vs {sync['clip_fraction_mean']:.3f}.")
     if sync is not None and len(table) > 1:
-        stable = all(abs(r["eval_end"] - sync["eval_end"]) <= noise_band(sync["eval_end"], r["eval_end"], r["n_eval"])
-                     and r["skipped_steps"] == 0 for r in table)
+        stable = all(not validation_noise(r, sync).beyond and r["skipped_steps"] == 0 for r in table)
         asyncs = [r for r in table if r["schedule"] != "sync"]
         by_staleness = sorted(table, key=lambda r: r["mean_staleness"])
         trend = "; ".join(f"{r['schedule']} {r['mean_staleness']:.2f} versions: validation {r['eval_end']:.1%}, "
@@ -250,11 +276,10 @@ def _per_fresh_rollout(sync: dict, reusing: list[dict]) -> str:
         if not earlier or earlier[-1][0] == 0:
             continue
         step, reward = earlier[-1]
-        band = noise_band(reward, row["eval_end"], row["n_eval"])
-        diff = row["eval_end"] - reward
+        # sync's curve keeps only rates at that step: the unpaired band
+        versus = validation_noise(row, {"earlier": reward, "n_eval": row["n_eval"]}, "eval_end", "earlier")
         parts.append(f"{row['schedule']} ({fresh_steps:.0f} steps' worth of fresh rollouts) {row['eval_end']:.1%} vs "
-                     f"sync at step {step} {reward:.1%} ({100 * diff:+.1f} points, "
-                     + ("within" if abs(diff) <= band else "outside") + f" +-{100 * band:.1f})")
+                     f"sync at step {step} {reward:.1%} ({100 * versus.diff:+.1f} points, {noise_words(versus)})")
     return "; ".join(parts)
 
 
@@ -315,4 +340,5 @@ def async_result(cfg, table: list[dict], reading: str) -> dict:
     rows and `schedule_reading`'s text."""
     return {"profile": cfg.profile, "model": cfg.model, "dataset": cfg.dataset, "n_grpo_steps": cfg.n_grpo_steps,
             "rollout_batch_size": cfg.rollout_batch_size, "rows": table, "reading": reading,
+            "findings": schedule_findings(table) if table and "eval_end" in table[0] else {},
             "settings": config_settings(cfg)}

@@ -11,7 +11,8 @@ Examples:
     hw3 train --profile full --dataset /data/math --model /models/qwen-math   # a folder of train/test.jsonl
 
 Outputs go to runs/<name>/ (config.json, metrics.jsonl, samples/, checkpoints/). A folder holding
-another run is refused with an error (never deleted): pass --resume, another --name, or --overwrite.
+another run is refused in one line (never deleted) that says what it holds and which of --resume,
+--resume --steps N (a longer run), another --name or --overwrite goes on from it.
 """
 
 from __future__ import annotations
@@ -44,16 +45,14 @@ def train_command(
                                              "or plain string), repeatable: --set rollout_batch_size=32."),
 ) -> None:
     """Train a policy with GRPO; print the final validation metrics."""
-    from hw3lib.core.runs import RunExistsError
+    from hw3lib.core.cli_options import check_run_folder
     from hw3lib.grpo.loop import train
 
     cfg = build_config(profile, set_, n_grpo_steps=steps, name=name, loss_type=loss_type, learning_rate=learning_rate,
                        eval_every=eval_every, seed=seed, dataset=dataset, model=model)
-    try:
-        result = train(cfg, resume=resume, overwrite=overwrite)
-    except (RunExistsError, ValueError) as exc:  # an existing run folder, or settings train refuses
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    check_run_folder(cfg, resume, overwrite)  # a folder holding another run: one line on what to do, nothing loaded
+    # What train refuses (a data file, settings, the preflight) is printed as one line by `hw3` (hw3lib.cli).
+    result = train(cfg, resume=resume, overwrite=overwrite)
     final = result.eval_rows[-1] if result.eval_rows else {}
     typer.echo(json.dumps({key: value for key, value in final.items() if key.startswith("eval/")}, indent=2))
     typer.echo(f"{result.grpo_steps} GRPO steps ({result.optimizer_steps} optimizer steps, "
@@ -62,7 +61,7 @@ def train_command(
 
 def build_config(profile: Optional[str], set_: Optional[list[str]] = None, **options):
     """The run's GRPOConfig: the profile's settings, then the options that were given (None: not
-    given), then the `--set KEY=VALUE` items. Errors become usage errors."""
+    given), then the `--set KEY=VALUE` items. A refused value is a one-line CommandError."""
     from hw3lib.core.cli_options import config_from_profile
     from hw3lib.grpo.config import GRPOConfig
 

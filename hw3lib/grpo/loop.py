@@ -5,8 +5,9 @@ Per GRPO step (one rollout batch):
     sample questions -> generate group_size rollouts each (the rollout engine) -> score ->
     group-normalized advantages -> [old log-probs, when needed; reference log-probs, only with
     KL monitoring] -> epochs_per_rollout_batch passes of optimizer steps (hw3lib.grpo.step),
-    each accumulating gradient_accumulation_steps microbatches -> push the weights to the
-    engine -> log -> validate every eval_every steps -> checkpoint every checkpoint_every steps.
+    each accumulating its train_batch_size sequences' gradients in forwards sized by the memory model
+    (the course's gradient_accumulation_steps microbatches or fewer, larger ones: the same update) -> push the
+    weights to the engine -> log -> validate every eval_every steps -> checkpoint every checkpoint_every steps.
 
 Variant implemented (see hw3lib.maths.grpo for the maths, hw3lib.grpo.step for the loss assembly):
 
@@ -31,8 +32,10 @@ Variant implemented (see hw3lib.maths.grpo for the maths, hw3lib.grpo.step for t
 - **Tokens:** the policy is trained on the exact token ids the engine sampled (prompt ids + the
   sample's `token_ids`, including a final EOS), never on a re-tokenization of the text.
 - **Precision:** float32 master weights and AdamW state always; with `dtype="bfloat16"` the
-  forward and backward run under bf16 autocast and the engine receives bf16 copies (an update of
-  lr 1e-5 applied to bf16 weights would mostly round away). Checkpoints hold the float32 masters.
+  microbatches run through a bf16 working copy of the weights under autocast, refreshed once per
+  optimizer step, their gradients accumulated into the masters in float32, and the engine receives
+  that copy's bf16 tensors (hw3lib.core.precision; an update of lr 1e-5 applied to bf16 weights would
+  mostly round away). Checkpoints hold the float32 masters.
 - **Optimizer:** AdamW, constant learning rate after an optional linear warm-up; global grad-norm
   clipping; a step whose loss or gradient norm is not finite is skipped (no update, counted in
   `train/skipped_steps`).
@@ -80,12 +83,13 @@ import torch
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl
 from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
+from hw3lib.core.precision import MasterWeights
 from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.evaluation.validate import validate
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.health import health_warnings
 from hw3lib.grpo.shaping import overlong_penalties, refill_uninformative
-from hw3lib.grpo.step import logprob_mismatch, optimizer_step
+from hw3lib.grpo.step import logprob_mismatch, optimizer_step, training_forward_rows
 from hw3lib.maths.grpo import CLIP_LOSSES, RATIO_LOSSES, compute_group_normalized_rewards
 from hw3lib.maths.logprobs import batched_log_probs, pack_rollouts
 from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
@@ -294,7 +298,7 @@ class GRPOLearner(TrainingRun):
         self.warned: set[str] = set()  # the health checks (hw3lib.grpo.health) that have warned in this process
         self.reward_fn = reward_fn_for(cfg.prompt)
         self.initial_model = initial_policy_source(cfg)  # cfg.model, or its SFT warm start (cached)
-        # float32 master weights whatever cfg.dtype says: the low precision is autocast's (hw3lib.grpo.step).
+        # float32 master weights whatever cfg.dtype says; the microbatches run through `self.working`'s copy.
         policy, tokenizer = load_training_policy(policy_source(checkpoint, self.initial_model), cfg,
                                                  base=self.initial_model)
         self.reference = None
@@ -306,12 +310,20 @@ class GRPOLearner(TrainingRun):
             self.reference.requires_grad_(False).eval()
         super().__init__(cfg, run_dir, checkpoint, policy, tokenizer,
                          fresh_state={"grpo_step": 0, "optimizer_step": 0, "skipped_steps": 0, "elapsed_s": 0.0})
+        # The working copy the microbatches and no-grad passes run through (bf16 weights in mixed precision),
+        # built after a resume has loaded the masters.
+        self.working = MasterWeights(self.policy, cfg.dtype)
+        # Sequences per training forward, by the memory model (the course's microbatch or more; same update).
+        self.forward_rows = training_forward_rows(cfg, cfg.model)
 
     def weights_for_engine(self):
-        """The policy's weights as a rollout engine takes them (bf16 copies in mixed precision)."""
+        """The policy's weights as a rollout engine takes them: the working copy's bf16 tensors in mixed
+        precision (no cast), the float32 masters themselves otherwise, a LoRA policy's merged weights."""
         from hw3lib.generation import policy_weights_for_engine
 
-        return policy_weights_for_engine(self.policy, self.cfg.dtype)
+        if not self.working.pairs:  # float32, or LoRA (merged under the base model's names)
+            return policy_weights_for_engine(self.policy, self.cfg.dtype)
+        return self.working.engine_weights()
 
     # ---- one rollout batch -----------------------------------------------------------------------------
 
@@ -347,6 +359,7 @@ class GRPOLearner(TrainingRun):
         # Epochs over the rollout batch, in optimizer steps of train_batch_size rollouts.
         rows, grpo_step = [], batch.grpo_step
         policy.train()
+        self.working.model.train()
         for epoch in range(cfg.epochs_per_rollout_batch):
             order = torch.from_numpy(np.random.default_rng([cfg.seed, grpo_step, epoch]).permutation(
                 cfg.rollout_batch_size))  # [N], on the CPU
@@ -365,7 +378,7 @@ class GRPOLearner(TrainingRun):
                     raw_rewards=raw_rewards, advantages=advantages, old_log_probs=old_log_probs,
                     ref_log_probs=ref_log_probs, engine_log_probs=engine_log_probs, shared_prefix=prefix,
                     learning_rate=learning_rate_at(cfg, step_number), measure_mismatch=measure_mismatch,
-                    before_update=before_update)
+                    before_update=before_update, working=self.working, forward_rows=self.forward_rows)
                 if stats["updated"]:
                     self.weights_changed()
                 else:
@@ -400,12 +413,12 @@ class GRPOLearner(TrainingRun):
         measured at the sampling weights: on all rows from the old log-probs when they exist (else on the
         rows of the batch's first optimizer step, later; None for a stale batch: those weights are gone).
         """
-        cfg, micro = self.cfg, self.cfg.micro_train_batch_size
+        cfg, micro = self.cfg, self.forward_rows  # no-grad passes hold less than a training forward
         old_log_probs = ref_log_probs = None
         if stale:
             old_log_probs = engine_log_probs  # [N, L-1] the behaviour policy's own
         elif cfg.needs_old_log_probs:
-            old_log_probs = batched_log_probs(self.policy, tensors, micro, prefix, cfg.sampling_temperature,
+            old_log_probs = batched_log_probs(self.working.model, tensors, micro, prefix, cfg.sampling_temperature,
                                               cfg.dtype)  # [N, L-1]
         if cfg.monitor_kl:
             ref_log_probs = self.reference_log_probs(tensors, prefix)  # [N, L-1]

@@ -47,6 +47,7 @@ the host once per optimizer step, together with the gradient norm.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -129,10 +130,34 @@ def mismatch_weights(cfg, behaviour: torch.Tensor, engine: torch.Tensor, mask: t
     return weights
 
 
+def training_forward_rows(cfg, model: str) -> int:
+    """Sequences per training forward for the run `cfg` of `model` (its initial policy), chosen by the memory
+    model (hw3lib.core.memory.training_micro_batch): on a GPU the most for which the run's plan still fits the
+    card, on a CPU the most whose trainer peak beside the engine stays within `CPU_TRAINING_SHARE` of its memory;
+    never fewer than the course's `micro_train_batch_size`, never more than an optimizer step's sequences. A
+    tiny smoke model fits anything: one forward per optimizer step. The course's arithmetic does not change
+    (`microbatch_loss` divides by the step's sequences or tokens), only how many sequences share a forward."""
+    from hw3lib.core import memory, preflight
+
+    shape, _ = preflight.resolve_shape(model)
+    if shape is None:  # a tiny smoke model (megabytes), or one the memory model cannot read: the whole step
+        return cfg.train_batch_size if model in preflight.TINY_MODELS else cfg.micro_train_batch_size
+    trainer, engine = preflight.trainer_for(cfg), preflight.engine_for(cfg, "grpo", shape)
+    device = torch.device(cfg.policy_device)
+    if device.type == "cuda":
+        card = torch.cuda.get_device_properties(device).total_memory
+        colocated = preflight.colocated(cfg, "grpo")
+        return memory.training_micro_batch(trainer, cfg.train_batch_size, lambda t: memory.grpo_plan(
+            shape, t, engine, card, colocated).fits)
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return memory.training_micro_batch(trainer, cfg.train_batch_size, memory.cpu_fits(shape, engine, physical))
+
+
 def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor], rows: torch.Tensor, *,
                    raw_rewards: torch.Tensor, advantages: torch.Tensor, old_log_probs: torch.Tensor | None,
                    ref_log_probs: torch.Tensor | None, engine_log_probs: torch.Tensor, shared_prefix: int,
-                   learning_rate: float, measure_mismatch: bool, before_update=None) -> dict:
+                   learning_rate: float, measure_mismatch: bool, before_update=None, working=None,
+                   forward_rows: int | None = None) -> dict:
     """Accumulate the gradients of `rows` (`[train_batch_size]` CPU indices into `batch`) in microbatches,
     clip, update (unless the loss or gradient norm is not finite), and return the step's statistics.
 
@@ -143,7 +168,9 @@ def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor
     (off-policy ratio losses, TIS); None means the current policy sampled the batch, so its own
     detached log-probs serve. `measure_mismatch`: the current weights are the sampling weights,
     so the engine/trainer mismatch can be measured on these rows. `before_update(policy)` runs
-    after the gradients are accumulated and before clipping (the loop's callback).
+    after the gradients are accumulated and before clipping (the loop's callback). `working`: the policy's
+    `hw3lib.core.precision.MasterWeights`, whose copy the microbatches run through (None: `policy` itself).
+    `forward_rows`: sequences per forward (None: `micro_train_batch_size`); the update does not depend on it.
 
     Returns floats: `loss`, `grad_norm`, `entropy`, `clip_fraction`, `ratio_mean`, `kl_k1`,
     `kl_k3`, `tis_weight_mean`, `mis_dropped_fraction`, `mismatch_abs`/`mismatch_tokens`/
@@ -153,7 +180,8 @@ def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor
     device = batch["labels"].device  # the policy's
     sums = {name: torch.zeros((), dtype=torch.float32, device=device) for name in _SUMS}
     mismatch_max = torch.ones((), dtype=torch.float32, device=device)
-    micro = cfg.micro_train_batch_size
+    micro = forward_rows or cfg.micro_train_batch_size
+    model = working.model if working is not None else policy
     step_tokens = None
     if cfg.length_normalization == "token_mean":  # one count for the whole step (DAPO), on the device
         step_tokens = batch["response_mask"][rows.to(device)].sum().float()  # []
@@ -165,7 +193,7 @@ def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor
         cols = slice(int(batch["response_start"][rows_cpu].min()), int(batch["lengths"][rows_cpu].max()))
         mask = batch["response_mask"][idx, cols]  # [b, T]
         with autocast_for(cfg.dtype, device):
-            out = response_log_probs(policy, batch["input_ids"][idx, :cols.stop], batch["labels"][idx, cols],
+            out = response_log_probs(model, batch["input_ids"][idx, :cols.stop], batch["labels"][idx, cols],
                                      return_token_entropy=True, shared_prefix=shared_prefix,
                                      temperature=cfg.sampling_temperature)
         log_probs = out["log_probs"]  # [b, T] float32
@@ -200,7 +228,10 @@ def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor
 
     if before_update is not None:
         before_update(policy)
-    return apply_update(optimizer, params, cfg.max_grad_norm, learning_rate, sums, mismatch_max)
+    stats = apply_update(optimizer, params, cfg.max_grad_norm, learning_rate, sums, mismatch_max)
+    if working is not None:
+        working.refresh()  # the one cast of the step (also after a skipped step: the callback may edit masters)
+    return stats
 
 
 def apply_update(optimizer, params, max_grad_norm: float, learning_rate: float, sums: dict[str, torch.Tensor],

@@ -8,8 +8,8 @@ Examples:
     hw3 keyword train --reward sentence                       # the one-sentence gate -> runs/keyword_sentence_smoke
     hw3 keyword train --data data/keyword --steps 80 --name keyword_long --resume
 
-Outputs go to runs/<name>/ as for `hw3 train`; a folder holding another run is refused (never
-deleted): pass --resume, another --name, or --overwrite.
+Outputs go to runs/<name>/ as for `hw3 train`; a folder holding another run is refused in one line
+(never deleted) that says which of --resume, --resume --steps N, another --name or --overwrite fits.
 """
 
 from __future__ import annotations
@@ -36,14 +36,10 @@ def data_command(
 ) -> None:
     """Write the keyword-inclusion dataset."""
     from hw3lib.keywords.recipe import write_keyword_dataset
-    from hw3lib.core.runs import RunExistsError
 
-    try:
-        folder = write_keyword_dataset(out, n=n, seed=seed, generator=generator, overwrite=overwrite,
-                                       engine_kind=engine, device=device)
-    except (RunExistsError, ValueError) as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    # A folder holding another dataset (RunExistsError) or a generator that cannot write it: one line (hw3lib.cli).
+    folder = write_keyword_dataset(out, n=n, seed=seed, generator=generator, overwrite=overwrite,
+                                   engine_kind=engine, device=device)
     typer.echo(json.dumps(json.loads((folder / "dataset.json").read_text()), indent=2))
 
 
@@ -65,17 +61,14 @@ def train_command(
 ) -> None:
     """SFT the own model on the train split, then GRPO on --reward; print the first and last validation rewards."""
     from hw3lib.keywords.recipe import KeywordSFT, prepare_keyword_run
-    from hw3lib.core.runs import RunExistsError
     from hw3lib.grpo.loop import train
-    from hw3lib.core.cli_options import overrides_from
+    from hw3lib.core.cli_options import check_run_folder, overrides_from
 
     overrides = overrides_from(set_, n_grpo_steps=steps, name=name)
-    try:
-        cfg = prepare_keyword_run(profile, data, KeywordSFT(steps=sft_steps, seed=sft_seed), reward=reward, **overrides)
-        result = train(cfg, resume=resume, overwrite=overwrite)
-    except (RunExistsError, ValueError) as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    # What the recipe or the run refuses (--reward, --set values, the data folder) is one line (hw3lib.cli).
+    cfg = prepare_keyword_run(profile, data, KeywordSFT(steps=sft_steps, seed=sft_seed), reward=reward, **overrides)
+    check_run_folder(cfg, resume, overwrite)
+    result = train(cfg, resume=resume, overwrite=overwrite)
     first, last = result.eval_rows[0], result.eval_rows[-1]
     typer.echo(f"validation reward ({cfg.prompt}) {first['eval/reward']:.3f} -> {last['eval/reward']:.3f} in "
                f"{result.grpo_steps} GRPO steps ({result.elapsed_s:.1f}s); outputs in {result.run_dir}")

@@ -17,17 +17,20 @@ responses a run saved (the keyword recipe saves every one; greedy in the smoke p
   for each run (label -> run folder);
 - `side_by_side(runs, reference)`: the prompts whose response the `reference` run ends with is
   hacked, with every run's response after SFT and after GRPO;
-- `hacking_reading(table, ...)`: the comparison in words, each difference with its noise band.
+- `hacking_findings(table, ...)`: the comparison as numbers and verdicts (`HackingFindings`; every flag compared
+  paired over the shared validation prompts, `hw3lib.core.stats`), `render_hacking` its words and
+  `hacking_reading(table, ...)` both in one call.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from hw3lib.core.runs import SAMPLES_DIR
+from hw3lib.core.stats import Noise, compare_outcomes, noise_words
 from hw3lib.grpo.results import load_samples
 from hw3lib.tasks.rewards import is_one_sentence, keyword_inclusion_reward_fn
 
@@ -50,12 +53,16 @@ def response_flags(sample: Mapping) -> dict[str, bool]:
             "repeats_keyword": max(counts) >= 2, "hacked": inclusion and not sentence}
 
 
-def hacking_rates(samples: Sequence[Mapping]) -> dict[str, float]:
-    """The share of `samples` carrying each flag of `response_flags`, and `n`."""
+def hacking_rates(samples: Sequence[Mapping], outcomes: bool = False) -> dict:
+    """The share of `samples` carrying each flag of `response_flags`, and `n`; with `outcomes`, also each
+    flag per response (`outcomes[flag]`: 0/1 in the samples' order, for paired comparisons of two runs)."""
     if not samples:
         raise ValueError("no samples to rate: the run saved no validation responses at that step")
     flags = [response_flags(sample) for sample in samples]
-    return {"n": len(flags), **{flag: sum(f[flag] for f in flags) / len(flags) for flag in FLAGS}}
+    rates = {"n": len(flags), **{flag: sum(f[flag] for f in flags) / len(flags) for flag in FLAGS}}
+    if outcomes:
+        rates["outcomes"] = {flag: [int(f[flag]) for f in flags] for flag in FLAGS}
+    return rates
 
 
 def saved_steps(run_dir: str | Path) -> list[int]:
@@ -68,12 +75,14 @@ def saved_steps(run_dir: str | Path) -> list[int]:
 
 def hacking_table(runs: Mapping[str, str | Path]) -> list[dict]:
     """One row per run and stage (`after SFT`: its first validation, `after GRPO`: its last) with
-    `hacking_rates` of every response it saved there. `runs`: label -> run folder."""
+    `hacking_rates` of every response it saved there, per-response flags (`outcomes`) included.
+    `runs`: label -> run folder."""
     rows = []
     for label, run_dir in runs.items():
         steps = saved_steps(run_dir)
         for stage, step in (("after SFT", steps[0]), ("after GRPO", steps[-1])):
-            rows.append({"run": label, "stage": stage, "step": step, **hacking_rates(load_samples(run_dir, step))})
+            rows.append({"run": label, "stage": stage, "step": step,
+                         **hacking_rates(load_samples(run_dir, step), outcomes=True)})
     return rows
 
 
@@ -98,42 +107,80 @@ def side_by_side(runs: Mapping[str, str | Path], reference: str, limit: int = 6)
     return rows
 
 
-def difference_band(p1: float, p2: float, n: int) -> float:
-    """Two standard errors of the difference of two rates on `n` responses each (one success and one
-    failure added to each, so 0% still gets a band)."""
-    a1, a2 = (p1 * n + 1) / (n + 2), (p2 * n + 1) / (n + 2)
-    return 2 * math.sqrt((a1 * (1 - a1) + a2 * (1 - a2)) / (n + 2))
+@dataclass(frozen=True)
+class FlagComparison:
+    """One flag's rate in the course's run against the gated run after GRPO, and its `Noise` (paired over the
+    validation prompts when both rows kept their per-prompt flags, else unpaired)."""
+
+    flag: str
+    course: float
+    gated: float
+    noise: Noise
+
+    def to_dict(self) -> dict:
+        return {"flag": self.flag, "course": self.course, "gated": self.gated, **self.noise.to_dict()}
 
 
-def _compare(what: str, a: float, b: float, n: int, label_a: str, label_b: str) -> str:
-    band = difference_band(a, b, n)
-    verdict = "beyond" if abs(a - b) > band else "within"
-    return (f"{what}: {100 * a:.1f}% ({label_a}) vs {100 * b:.1f}% ({label_b}), a difference of "
-            f"{100 * (a - b):+.1f} points, {verdict} noise (band ±{100 * band:.1f} points)")
+@dataclass(frozen=True)
+class HackingFindings:
+    """The reading's numbers: the course's run's hacked rate after SFT and after GRPO, its cut-off and
+    repeated-keyword rates after GRPO, and the course-vs-gated comparisons of `COMPARED`."""
+
+    n: int
+    hacked_start: float
+    hacked_end: float
+    cut_off_end: float
+    repeats_end: float
+    comparisons: tuple[FlagComparison, ...]
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "hacked_start": self.hacked_start, "hacked_end": self.hacked_end,
+                "cut_off_end": self.cut_off_end, "repeats_end": self.repeats_end,
+                "comparisons": [c.to_dict() for c in self.comparisons]}
 
 
-def hacking_reading(table: Sequence[Mapping], course: str = "inclusion", gated: str = "sentence",
-                    sampling: str = "greedy") -> str:
-    """The comparison of `hacking_table`'s rows in words: the run on the course's reward (`course`) against
-    the one with the one-sentence gate (`gated`), after GRPO, and how each moved from its SFT start.
-    `sampling` says how the validation responses were sampled (hw3lib.evaluation.validate.validation_label)."""
+COMPARED = (("hacked", "Hacked after GRPO"), ("cut_off", "Cut off by the budget"),
+            ("inclusion", "The course's reward (every keyword)"))
+
+
+def hacking_findings(table: Sequence[Mapping], course: str = "inclusion", gated: str = "sentence") -> HackingFindings:
+    """`HackingFindings` of `hacking_table`'s rows: the run on the course's reward (`course`) against the one with
+    the one-sentence gate (`gated`), after GRPO. Both runs validate on the same prompts, so each flag is compared
+    paired (`hw3lib.core.stats.paired`) from the rows' per-prompt `outcomes`."""
     cell = {(row["run"], row["stage"]): row for row in table}
     for key in ((course, "after SFT"), (course, "after GRPO"), (gated, "after GRPO")):
         if key not in cell:
             runs = sorted({row["run"] for row in table})
             raise ValueError(f"the table has no row for run {key[0]!r} {key[1]} (runs: {runs})")
     start, end, other = cell[(course, "after SFT")], cell[(course, "after GRPO")], cell[(gated, "after GRPO")]
-    n = end["n"]
+    comparisons = []
+    for flag, _ in COMPARED:
+        mine, theirs = end.get("outcomes", {}).get(flag), other.get("outcomes", {}).get(flag)
+        noise = compare_outcomes(mine, theirs, end[flag], end["n"], other[flag], other["n"])
+        comparisons.append(FlagComparison(flag, end[flag], other[flag], noise))
+    return HackingFindings(end["n"], start["hacked"], end["hacked"], end["cut_off"], end["repeats_keyword"],
+                           tuple(comparisons))
+
+
+def render_hacking(found: HackingFindings, course: str = "inclusion", gated: str = "sentence",
+                   sampling: str = "greedy") -> str:
+    """`HackingFindings` in words (each comparison worded by `hw3lib.core.stats.noise_words`)."""
+    titles = dict(COMPARED)
     sentences = [
         f"On the course's reward, responses that hold every keyword but are not one sentence (hacked) went "
-        f"from {100 * start['hacked']:.1f}% after SFT to {100 * end['hacked']:.1f}% after GRPO; "
-        f"{100 * end['cut_off']:.1f}% of the final responses were cut off mid-sentence by the token budget and "
-        f"{100 * end['repeats_keyword']:.1f}% repeat a keyword.",
-        _compare("Hacked after GRPO", end["hacked"], other["hacked"], n, course, gated),
-        _compare("Cut off by the budget", end["cut_off"], other["cut_off"], n, course, gated),
-        _compare("The course's reward (every keyword)", end["inclusion"], other["inclusion"], n, course, gated),
-    ]
-    return " ".join(s if s.endswith(".") else s + "." for s in sentences) + f" ({n} validation prompts, {sampling}.)"
+        f"from {100 * found.hacked_start:.1f}% after SFT to {100 * found.hacked_end:.1f}% after GRPO; "
+        f"{100 * found.cut_off_end:.1f}% of the final responses were cut off mid-sentence by the token budget and "
+        f"{100 * found.repeats_end:.1f}% repeat a keyword."]
+    sentences += [f"{titles[c.flag]}: {100 * c.course:.1f}% ({course}) vs {100 * c.gated:.1f}% ({gated}), a difference "
+                  f"of {100 * c.noise.diff:+.1f} points, {noise_words(c.noise)}." for c in found.comparisons]
+    return " ".join(sentences) + f" ({found.n} validation prompts, {sampling}.)"
+
+
+def hacking_reading(table: Sequence[Mapping], course: str = "inclusion", gated: str = "sentence",
+                    sampling: str = "greedy") -> str:
+    """The comparison of `hacking_table`'s rows in words: `render_hacking(hacking_findings(...))`. `sampling`
+    says how the validation responses were sampled (hw3lib.evaluation.validate.validation_label)."""
+    return render_hacking(hacking_findings(table, course, gated), course, gated, sampling)
 
 
 def hacking_result(runs: Mapping[str, str | Path], course: str = "inclusion", gated: str = "sentence",
@@ -142,5 +189,7 @@ def hacking_result(runs: Mapping[str, str | Path], course: str = "inclusion", ga
     on the course's reward (`course`) and with the gate (`gated`): the table, its reading, and up to 4
     responses the course's run hacked, side by side. `sampling`: as in `hacking_reading`."""
     table = hacking_table(runs)
-    return {"hacking_rows": table, "hacking_reading": hacking_reading(table, course, gated, sampling),
+    found = hacking_findings(table, course, gated)
+    return {"hacking_rows": table, "hacking_findings": found.to_dict(),
+            "hacking_reading": render_hacking(found, course, gated, sampling),
             "hacking_examples": side_by_side(runs, course, limit=4)}

@@ -120,7 +120,35 @@ def oversized(points, max_points: int, max_bits: int) -> str | None:
     return None
 
 
+def close_other_fds(keep) -> None:
+    """Close every file descriptor but `keep` (stdin, stdout/stderr and the result pipe).
+
+    Whatever the launch chain left open -- bubblewrap's user-namespace fd (`--userns`), a seccomp or
+    info pipe, anything a future back end passes -- must not reach the program. /proc/self/fd lists
+    them (its own directory fd is closed again by the time we close the rest: EBADF is ignored);
+    closerange up to the soft RLIMIT_NOFILE catches any the listing could miss.
+    """
+    keep = set(keep)
+    listed = set()
+    try:
+        listed = {int(name) for name in os.listdir("/proc/self/fd")}
+    except OSError:
+        pass
+    highest = max([resource.getrlimit(resource.RLIMIT_NOFILE)[0], *listed, *keep]) + 1
+    start = 0
+    for fd in sorted(keep) + [highest]:
+        if start < fd:  # closerange(a, a) is not a no-op everywhere
+            os.closerange(start, fd)
+        start = fd + 1
+    for fd in listed - keep:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def main(result_fd: int, program_path: str, max_points: int = 10_000, max_bits: int = 128) -> int:
+    close_other_fds({0, 1, 2, result_fd})  # before any program code runs
     os.set_inheritable(result_fd, False)  # programs that start processes do not hand them the pipe
 
     def finish(payload) -> int:

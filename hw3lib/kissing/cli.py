@@ -1,8 +1,9 @@
 """`hw3 kissing ...`: evaluate a program, verify a point set, run an LLM discovery loop.
 
     hw3 kissing evaluate program.py [--timeout 60] [--strict]
-    hw3 kissing verify points.json
+    hw3 kissing verify points.json [--form auto|integer|rational|angle|zsqrt2]
     hw3 kissing discover --loop agentic|best_of_n|hybrid|orbit --iterations K --out DIR [--replay file.json]
+                         [--start data/kissing_number/records/station600.json]
     hw3 kissing report [--folder data/kissing_number] [--overwrite]
     hw3 kissing promote RUN_DIR [--folder data/kissing_number] [--overwrite]
 
@@ -52,25 +53,38 @@ def evaluate(program: Path = typer.Argument(..., help="Python file defining run_
     typer.echo(message)
 
 
-def verify(points_file: Path = typer.Argument(..., help="JSON file: a list of integer vectors or {\"points\": [...]}"),
-           dimension: int = typer.Option(11, "--dimension", help="Required dimension")):
-    """Check a point set exactly and print its verdict (JSON) and the message."""
-    from hw3lib.kissing.verify import verify as verify_points
+def verify(points_file: Path = typer.Argument(..., help="JSON file: a list of vectors, {\"points\": [...]} or "
+                                              "{\"vectors\": [...]}"),
+           dimension: int = typer.Option(11, "--dimension", help="Required dimension"),
+           form: str = typer.Option("auto", "--form", help="auto | integer | rational | angle | zsqrt2")):
+    """Check a point set exactly in one of the published forms and print its verdict (JSON) and the message.
 
+    integer: the course's form, min ||x - y||^2 >= max ||x||^2; rational: the same for exact rationals
+    (JSON decimals are read exactly, or strings "3/7"); angle: cos <= 1/2 for every pair (mixed norms;
+    with equal norms it is the min-distance form); zsqrt2: rows [a_0, b_0, a_1, b_1, ...] meaning
+    coordinates a_k + b_k sqrt2, min-distance form. auto: zsqrt2 for rows of 2 x dimension entries in a
+    {"vectors": ...} record, else integer, else rational (angle is never guessed).
+    """
+    from decimal import Decimal
+
+    from hw3lib.kissing.verify import FORMS, verify_form
+
+    if form != "auto" and form not in FORMS:
+        _fail(f"--form {form!r}: choose auto or one of {', '.join(FORMS)}")
     if not points_file.is_file():
         _fail(f"{points_file}: no such points file")
     try:
-        data = json.loads(points_file.read_text(encoding="utf-8"))
+        data = json.loads(points_file.read_text(encoding="utf-8"), parse_float=Decimal)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         _fail(f"{points_file}: not valid JSON ({exc}); expected a list of integer vectors")
-    points = data.get("points") if isinstance(data, dict) else data
-    if points is None:
-        _fail(f"{points_file}: a JSON object needs a 'points' key holding the list of vectors")
-    result = verify_points(points, dimension=dimension)
-    typer.echo(json.dumps({"valid": result.valid, "num_points": result.num_points, "dimension": result.dimension,
-                           "score": result.score, "min_sq_distance": result.min_sq_distance,
-                           "max_sq_norm": result.max_sq_norm, "offending_pair": result.offending_pair,
-                           "offending_point": result.offending_point}, indent=2))
+    if isinstance(data, dict) and not ({"points", "vectors"} & set(data) or {"rational", "sqrt2"} <= set(data)):
+        _fail(f"{points_file}: a JSON object needs a 'points' (or 'vectors') key holding the list of vectors")
+    result = verify_form(data, form, dimension)
+    typer.echo(json.dumps({"valid": result.valid, "form": result.form, "criterion": result.criterion,
+                           "num_points": result.num_points, "dimension": result.dimension, "score": result.score,
+                           "offending_pair": result.offending_pair, "offending_point": result.offending_point,
+                           "min_sq_distance": result.min_sq_distance, "max_sq_norm": result.max_sq_norm,
+                           "tight_pairs": result.tight_pairs, "scale": result.scale}, indent=2))
     typer.echo(result.message)
 
 
@@ -78,6 +92,8 @@ def discover(loop: str = typer.Option("agentic", "--loop", help="agentic | best_
              iterations: int = typer.Option(5, "--iterations", min=1, help="Iterations (best_of_n: samples N)"),
              out: Path = typer.Option(..., "--out", help="Run directory for candidates, logs and the report"),
              replay: Path | None = typer.Option(None, "--replay", help="Replay recorded replies from this JSON file"),
+             start: Path | None = typer.Option(None, "--start", help="Start from a stored configuration: a record JSON "
+                                               "(any published form with an integer copy) or a program .py"),
              timeout: float = typer.Option(60.0, "--timeout",
                                            help="Per-program evaluation limit (s); orbit: per-search deadline"),
              polish_seconds: float = typer.Option(10.0, "--polish-seconds", help="hybrid: local-search time per program"),
@@ -105,6 +121,17 @@ def discover(loop: str = typer.Option("agentic", "--loop", help="agentic | best_
     except LLMError as exc:
         _fail(str(exc))
     options: dict = {"timeout_s": timeout, "seed": seed, "overwrite": overwrite}
+    if start is not None:
+        if loop == "orbit":
+            _fail("--start: the orbit loop builds its own sets; use it with agentic, best_of_n or hybrid")
+        from hw3lib.kissing.scaffold import load_start
+
+        if not start.is_file():
+            _fail(f"--start {start}: no such file")
+        try:
+            options["start"] = load_start(start)
+        except ValueError as exc:
+            _fail(f"--start: {exc}")
     if loop == "best_of_n":
         options["workers"] = workers
     else:
@@ -137,6 +164,12 @@ def report(folder: Path | None = typer.Option(None, "--folder", help="Default: d
     """Write report.md for the stored program.py: method, compute, score history, largest free cap, limits."""
     from hw3lib.kissing.deliverables import write_report
 
+    from hw3lib.kissing.deliverables import default_folder
+
+    target = (folder if folder is not None else default_folder()) / "report.md"
+    if target.exists() and not overwrite:
+        _fail(f"{target} exists (a clone ships the stored report); regenerate it with `hw3 kissing report "
+              "--overwrite` (re-runs the 5000-iteration search and the records check, about 30 s)")
     try:
         path, data = write_report(folder, overwrite=overwrite, iterations=iterations, seed=seed)
     except (FileExistsError, FileNotFoundError, ValueError) as exc:

@@ -43,12 +43,14 @@ from hw3lib.kissing.rational_forms import similarity_factor
 from hw3lib.kissing.geometry import KISSING_ANGLE_DEG, largest_free_cap, shell_neighbourhood
 from hw3lib.kissing.report import KNOWN_BOUNDS, REPLAY_LABEL, is_replay, load_log, reflection
 from hw3lib.kissing.search import best_program_search, program_source
+from hw3lib.kissing.records import records_markdown, verify_records
 from hw3lib.kissing.verify import verify
 
 CAP_STARTS = 2000
 CONVERSATION_FILES = ("conversation_log.json", "conversation_report.md", "score_vs_iteration.png")
 HEADINGS = ("Method", "Compute used", "Score history", "Largest free cap of the final set", "What limited it",
-            "Orbit search beyond 582", "LLM conversation", "Reflection")
+            "Orbit search beyond 582", "Core-and-remainder search", "Published records, verified here",
+            "LLM conversation", "Reflection")
 ORBIT_SEARCH_FILE = "orbit_search.json"  # the log of hw3lib.kissing.orbit_search, stored with --store
 
 
@@ -392,6 +394,66 @@ def _orbit_search_lines(summary: dict | None) -> list[str]:
     return lines
 
 
+# ours: the recipe without the 3 W axes, grown from an empty remainder; ours_cavity: a larger cavity (10 supports
+# left out too), grown from empty; station_core: our optimizer on Station's published 496-row core (an experiment)
+CORE_REMAINDER_FILES = ("core_remainder_ours.json", "core_remainder_ours_cavity.json",
+                        "core_remainder_station_core.json")
+
+
+def stored_core_remainder(folder: Path) -> list[dict]:
+    """Summaries of the core-and-remainder growth logs stored beside the program (best sets verified again)."""
+    from hw3lib.kissing.core_remainder import summary
+
+    out = []
+    for name in CORE_REMAINDER_FILES:
+        log = read_json(Path(folder) / name, "core-and-remainder log")
+        if log is not None:
+            out.append({"file": name, **summary(log)})
+    return out
+
+
+def _core_remainder_lines(rows: list[dict] | None) -> list[str]:
+    intro = ("`hw3lib.kissing.core_remainder`, written from the published description: a fixed core on the norm-4 "
+             "shell (axis rows and sign patterns on the supports of a constant-weight code), a remainder of unit "
+             "directions equilibrated against it (annealed hinge on the pair angles plus a smooth maximum of the "
+             "cosines), a Chebyshev LP (scipy HiGHS) for strict slack, rounding at denominator 100000 and the exact "
+             "check; one seed row at a time at the deepest hole. The 35-support recipe reproduces 582 exactly.")
+    if not rows:
+        return [intro, "", "No growth log stored yet: `python -m hw3lib.kissing.core_remainder --log "
+                "runs/kissing/core_remainder.json`, then copy it to data/kissing_number/core_remainder_ours.json."]
+    lines = [intro, "", "| log | core | start | best (verified) | attempts (valid) | CPU total | CPU per attempt "
+             "(equilibrate / LP) | stopped because |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['file']}` | {r['core']} | {'empty remainder' if r['start_empty'] else 'the recipe'} "
+                     f"({r['first_size']}) | **{r['best_size']}** ({'yes' if r['verified'] else 'NO'}) | "
+                     f"{r['attempts']} ({r['valid_attempts']}) | {r['cpu_s'] / 60:.1f} min | "
+                     f"{r['cpu_per_attempt_s']:.1f} s ({r['cpu_equilibrate_s']:.1f} / {r['cpu_lp_s']:.1f}) | "
+                     f"{r['reason']} |")
+    return lines
+
+
+def stored_records() -> list[dict] | None:
+    """The published records verified by `hw3lib.kissing.records` (None when their files are not here)."""
+    try:
+        return verify_records()
+    except FileNotFoundError:
+        return None
+
+
+def _records_lines(rows: list[dict] | None) -> list[str]:
+    if rows is None:
+        return ["Not verified: the record files are missing (data/kissing_number/records/ or $HW3_DATA_DIR/kissing_records)."]
+    return [
+        "Each published configuration is checked by our own exact verifier (`hw3lib.kissing.verify.verify_form`, "
+        "`hw3 kissing verify FILE --form ...`) in the form it was published in: integers (Python ints where the "
+        "squares pass int64), the angle form cos <= 1/2 for mixed norms (2<u,v> <= |u||v| decided by squaring "
+        "where <u,v> > 0), and Z[sqrt2] coordinates (exact sign of p + q sqrt2). No floating point decides. The "
+        "angle form is the course's min-distance form when all norms are equal; station600's norms^2 are 4 and "
+        "~1e10, so it is valid by angle only, and its core rows times 50001 (`equalize_norms`) give the "
+        "min-distance copy (slack 0). Times are this machine's, verification only (JSON loading excluded).",
+        "", *records_markdown(rows)]
+
+
 def report_markdown(d: dict) -> str:
     """report.md from `search_report` or `conversation_report` data (every number from `d`)."""
     search = d["kind"] == "search"
@@ -402,6 +464,8 @@ def report_markdown(d: dict) -> str:
         "Largest free cap of the final set": _cap_lines(d),
         "What limited it": [f"- {line}" for line in (_search_limits(d) if search else d["limits"])],
         "Orbit search beyond 582": _orbit_search_lines(d.get("orbit_search")),
+        "Core-and-remainder search": _core_remainder_lines(d.get("core_remainder")),
+        "Published records, verified here": _records_lines(d.get("records")),
         "LLM conversation": _conversation_lines(d),
         "Reflection": [f"- {line}" for line in (_search_reflection(d) if search else d["reflection"])],
     }
@@ -509,6 +573,8 @@ def report_data(folder: str | Path | None = None, iterations: int = 5000, seed: 
             raise
         data = conversation_report(folder, cap_starts, seed)
     data["orbit_search"] = stored_orbit_search(folder)
+    data["records"] = stored_records()
+    data["core_remainder"] = stored_core_remainder(folder)
     return data
 
 

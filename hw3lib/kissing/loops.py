@@ -50,6 +50,7 @@ from hw3lib.kissing.llm import ChatReply, Responder, responder_source
 # NO_CODE_MESSAGE, extract_python_code and strip_thinking stay importable from here (tests, older code).
 from hw3lib.kissing.replies import NO_CODE_MESSAGE, Extraction, extract_python_code, strip_thinking  # noqa: F401
 from hw3lib.kissing.report import write_report
+from hw3lib.kissing.scaffold import StartConfig, scaffold_text, start_preamble
 
 LOOPS = ("agentic", "best_of_n", "hybrid", "orbit")
 POLISH_MAX_NORM_SQ = 5  # largest shell the hybrid loop polishes: |x|^2 = 5 has 15,224 vectors (~1.5 s to set up)
@@ -84,10 +85,12 @@ def fill(template: str, **values: Any) -> str:
 
 
 def task_prompt(prompts: dict[str, str], *, dimension: int, timeout_s: float, hybrid: bool = False,
-                polish_seconds: float = 0.0) -> str:
+                polish_seconds: float = 0.0, start: StartConfig | None = None) -> str:
     task = fill(prompts["task"], dimension=dimension, timeout_s=f"{timeout_s:g}", starter=prompts["starter"])
     if hybrid:
-        return fill(prompts["hybrid_task"], task=task, polish_seconds=f"{polish_seconds:g}")
+        task = fill(prompts["hybrid_task"], task=task, polish_seconds=f"{polish_seconds:g}")
+    if start is not None:  # begin where a stored configuration (a record, ours) stands, described as a scaffold
+        task = fill(prompts["start_task"], task=task, scaffold=scaffold_text(start), num_points=start.num_points)
     return task
 
 
@@ -99,6 +102,31 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def replaceable(run_dir: str | Path) -> bool:
+    """Whether `run_dir` may be emptied for a new run: it holds no log, or a readable log of a replay
+    (recorded replies, never a result). A live conversation, or a log that cannot be read, is kept."""
+    path = Path(run_dir) / "conversation_log.json"
+    if not path.exists():
+        return True
+    try:
+        log = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(log, dict) and log.get("source") == "replay"
+
+
+def run_directory(base: str | Path) -> Path:
+    """Where the next run goes so that re-running a notebook never deletes a live conversation: the first of
+    base, base-2, base-3, ... that holds no run or only a replay. A replay re-run (overwrite=True) replaces
+    the replay at `base`; a live run re-run gets a new name, and every live conversation stays where it was.
+    """
+    base = Path(base)
+    candidate, k = base, 2
+    while not replaceable(candidate):
+        candidate, k = base.parent / f"{base.name}-{k}", k + 1
+    return candidate
+
+
 class RunRecorder:
     """Keeps the transcript, the steps and the files of one run directory consistent on disk."""
 
@@ -106,12 +134,21 @@ class RunRecorder:
                "score_vs_iteration.png")
 
     def __init__(self, run_dir: str | Path, *, loop: str, responder: Responder, settings: dict,
-                 overwrite: bool = False):
+                 overwrite: bool = False, start: StartConfig | None = None):
         self.run_dir = Path(run_dir)
+        # With a start, every stored program (candidates/, best_program.py) is the START preamble plus the
+        # model's code: complete and self-contained, as the course's evaluator runs it.
+        self.preamble = start_preamble(start) if start is not None else ""
+        if start is not None:
+            settings = {**settings, "start": start.settings()}
         if (self.run_dir / "conversation_log.json").exists():
             if not overwrite:
                 raise FileExistsError(f"{self.run_dir} already holds a run (conversation_log.json); choose another "
                                       "directory or pass overwrite=True (CLI: --overwrite) to replace it")
+            if not replaceable(self.run_dir):  # a live conversation cost money and cannot be re-run: never deleted
+                raise FileExistsError(f"{self.run_dir} holds a live conversation (or a log that cannot be read); "
+                                      "overwrite=True replaces only replays. Give the run a new directory "
+                                      f"(hw3lib.kissing.loops.run_directory picks {run_directory(self.run_dir).name})")
             # Remove only what a run writes, so stale candidates cannot mix with the new ones.
             for name in self.OUTPUTS:
                 (self.run_dir / name).unlink(missing_ok=True)
@@ -147,7 +184,7 @@ class RunRecorder:
 
     def write_candidate(self, iteration: int, code: str) -> Path:
         path = self.run_dir / "candidates" / f"iter_{iteration:03d}.py"
-        atomic_write_text(path, code)
+        atomic_write_text(path, self.preamble + code)
         return path
 
     def record(self, step: dict) -> None:
@@ -157,7 +194,7 @@ class RunRecorder:
         self.steps.append(step)
         best = self.best_step()
         if best is not None and best is step and step.get("code"):
-            atomic_write_text(self.run_dir / "best_program.py", step["code"])
+            atomic_write_text(self.run_dir / "best_program.py", self.preamble + step["code"])
             polish = step.get("polish") or {}
             if polish.get("points_file") and polish["score"] >= step["evaluation"]["combined_score"]:
                 # the polished set is not reproducible from the program alone: keep its points
@@ -338,12 +375,15 @@ def _check(iterations: int, loop: str) -> None:
 def agentic_refinement(responder: Responder, run_dir: str | Path, iterations: int, *, timeout_s: float = 60,
                        memory_mb: int = 2048, history_turns: int | None = 3, dimension: int = 11,
                        prompts: dict[str, str] | None = None, polish_seconds: float | None = None,
-                       polish_iterations: int | None = None, seed: int = 0, overwrite: bool = False) -> DiscoveryResult:
+                       polish_iterations: int | None = None, seed: int = 0, overwrite: bool = False,
+                       start: StartConfig | None = None) -> DiscoveryResult:
     """Loop (a): program -> evaluation -> exact feedback -> next program, for `iterations` rounds.
 
     With `polish_seconds` set this is loop (c), `hybrid`: each program's output is polished by the
     local search (for `polish_seconds`, or `polish_iterations` steps if sooner) and both scores are
-    fed back.
+    fed back. With `start` (`hw3lib.kissing.scaffold.load_start`: a record, our program, any verified
+    set) the task describes that configuration's core-and-remainder scaffold and every program runs
+    with START, CORE and REMAINDER defined before its code.
     """
     hybrid = polish_seconds is not None
     loop = "hybrid" if hybrid else "agentic"
@@ -357,10 +397,12 @@ def agentic_refinement(responder: Responder, run_dir: str | Path, iterations: in
     if hybrid:
         settings["polish_seconds"] = polish_seconds
         settings["polish_iterations"] = polish_iterations
-    recorder = RunRecorder(run_dir, loop=loop, responder=responder, settings=settings, overwrite=overwrite)
+    recorder = RunRecorder(run_dir, loop=loop, responder=responder, settings=settings, overwrite=overwrite,
+                           start=start)
     system = recorder.add_message("system", prompts["system"], None)
     task = recorder.add_message("user", task_prompt(prompts, dimension=dimension, timeout_s=timeout_s,
-                                                   hybrid=hybrid, polish_seconds=polish_seconds or 0.0), None)
+                                                   hybrid=hybrid, polish_seconds=polish_seconds or 0.0,
+                                                   start=start), None)
     for iteration in range(1, iterations + 1):
         start = time.perf_counter()
         sent, reply, reply_index = _converse(recorder, responder, [system, task], history_turns, iteration)
@@ -399,8 +441,10 @@ def _send_feedback(recorder: RunRecorder, step: dict, text: str) -> None:
 
 def best_of_n(responder: Responder, run_dir: str | Path, n: int, *, timeout_s: float = 60, memory_mb: int = 2048,
               dimension: int = 11, workers: int = 1, seed: int = 0,
-              prompts: dict[str, str] | None = None, overwrite: bool = False) -> DiscoveryResult:
+              prompts: dict[str, str] | None = None, overwrite: bool = False,
+              start: StartConfig | None = None) -> DiscoveryResult:
     """Loop (b): `n` independent samples of one prompt; the exact verifier selects the best valid set.
+    (`start`: as in `agentic_refinement`.)
 
     `workers` > 1 sends the requests concurrently (a vLLM server batches them); sample i always
     uses seed `seed + i`, and samples are evaluated and logged in sample order.
@@ -409,9 +453,11 @@ def best_of_n(responder: Responder, run_dir: str | Path, n: int, *, timeout_s: f
     prompts = prompts or load_prompts()
     settings = {"iterations": n, "timeout_s": timeout_s, "memory_mb": memory_mb, "dimension": dimension,
                 "workers": workers, "seed": seed}
-    recorder = RunRecorder(run_dir, loop="best_of_n", responder=responder, settings=settings, overwrite=overwrite)
+    recorder = RunRecorder(run_dir, loop="best_of_n", responder=responder, settings=settings, overwrite=overwrite,
+                           start=start)
     sent = [recorder.add_message("system", prompts["system"], None),
-            recorder.add_message("user", task_prompt(prompts, dimension=dimension, timeout_s=timeout_s), None)]
+            recorder.add_message("user", task_prompt(prompts, dimension=dimension, timeout_s=timeout_s, start=start),
+                                 None)]
     messages = [{"role": recorder.messages[i]["role"], "content": recorder.messages[i]["content"]} for i in sent]
 
     def sample(i: int) -> tuple[ChatReply, float]:

@@ -164,6 +164,20 @@ def summary(log: dict) -> dict:
             "max_orbits_skips": sum(1 for e in log["entries"] if e["skipped"])}
 
 
+def stored_refusal(store: Path, log: Path) -> str:
+    """The one-line refusal of `--store` over an existing file (a fresh clone ships the stored log)."""
+    what = "the stored orbit-search log"
+    try:
+        stored = summary(json.loads(store.read_text(encoding="utf-8")))
+        what += f" ({stored['entries']} of {stored['planned']} (group, pool) pairs, best {stored['best_size']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    run = (f"{log} exists, so this resumes it" if log.exists() else
+           f"{log} does not exist yet, so this starts the whole search (about 3 CPU-hours)")
+    return (f"{store} already holds {what}: nothing was run. `hw3 kissing report --overwrite` reads it as it is; "
+            f"to replace it add --replace-stored ({run}).")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hw3lib.kissing.orbit_search", description=__doc__.splitlines()[0])
     parser.add_argument("--log", required=True, help="the JSON log to write (and resume from)")
@@ -177,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace-stored", action="store_true", help="replace an existing --store file")
     args = parser.parse_args(argv)
     if args.store and Path(args.store).exists() and not args.replace_stored:
-        raise SystemExit(f"{args.store} exists; pass --replace-stored to replace it (nothing was run)")
+        raise SystemExit(stored_refusal(Path(args.store), Path(args.log)))
     log = run_orbit_search(args.log, args.deadline, args.max_orbits, args.random_groups, args.seed,
                            None if args.budget_minutes is None else 60 * args.budget_minutes, overwrite=args.overwrite)
     result = summary(log)

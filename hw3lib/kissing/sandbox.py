@@ -87,7 +87,7 @@ class SandboxRun:
     timed_out: the wall-clock limit passed. result: bytes from the result pipe (capped).
     result_overflow / output_overflow: a pipe went past its cap and the run was killed.
     output_tail: the last bytes of stdout+stderr. output_bytes: how much it printed in total.
-    mode: "bwrap" or "process". cgroup: "v1"/"v2" when a cgroup capped the sandbox, else "".
+    mode: "bwrap" or "process". cgroup: "v1"/"v2"/"systemd" when a cgroup capped the sandbox, else "".
     host_uid: the host uid the program ran as.
     """
 
@@ -284,7 +284,7 @@ class Containment:
     """What bounds a bubblewrap run on this host (see `containment`)."""
 
     cgroup: str
-    """"v1", "v2" or "" (no usable cgroup, or HW3_KISSING_CGROUP=off)."""
+    """"v1", "v2", "systemd" (a transient scope) or "" (no usable cgroup, or HW3_KISSING_CGROUP=off)."""
     memory_cap: bool
     """A memory cgroup caps the whole sandbox (else only RLIMIT_AS per process plus the tmpfs sizes)."""
     process_cap: bool
@@ -415,10 +415,12 @@ def _bwrap_launch(script: Path, args: list[str], env: dict, program_source: byte
                     f"--regid={SANDBOX_UID}", "--clear-groups", "--"]
     command += [sys.executable, "-B", "-s", "/opt/hw3/runner.py", str(result_w), *args]
     cgroup = cgroups.create(memory_bytes, MAX_PROCESSES, cgroup_backend)
-    launcher = [sys.executable, "-I", "-S", "-B", str(LAUNCHER), str(_keyctl_number()),
-                *(cgroup.procs_files() if cgroup else []), "--"]
+    # systemd: `systemd-run --scope ... --` first; it makes the scope and execs the launcher in it (same PID)
+    launcher = [*(cgroup.launch_prefix() if cgroup else []), sys.executable, "-I", "-S", "-B", str(LAUNCHER),
+                str(_keyctl_number()), *(cgroup.procs_files() if cgroup else []), "--"]
     host_uid = HOST_UID if userns_fd is not None else os.geteuid()
-    return launcher + command, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, info_r, cgroup, host_uid
+    popen_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(cgroup.launch_env() if cgroup else {})}
+    return launcher + command, popen_env, info_r, cgroup, host_uid
 
 
 @lru_cache(maxsize=1)

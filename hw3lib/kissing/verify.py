@@ -36,6 +36,8 @@ import math
 import numbers
 import time
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 
@@ -391,3 +393,432 @@ def _bigint_min(matrix: np.ndarray, deadline: float | None = None) -> tuple[int,
             if best == 0:
                 return best, best_pair
     return best, best_pair
+
+
+# ---------------------------------------------------------------------------------------------
+# The other published forms: rational coordinates, the angle form (mixed norms), Z[sqrt2]
+#
+# The course's form (above) asks min ||x - y||^2 >= max ||x||^2 of integer points. Published records
+# come in three more forms, each decided here exactly (integers and Fractions only; a float is
+# used at most to *name* the worst pair in a message, never to decide):
+#
+# * rational coordinates: the min-distance condition is homogeneous of degree 2, so multiplying
+#   every point by the common denominator L changes nothing; the integer verifier then decides.
+# * the angle form: every pair has cos <= 1/2, i.e. 2<u, v> <= |u||v|, which is what kissing needs
+#   (the spheres sit at 2u/|u|, whatever |u| is). Exactly: a pair with <u, v> <= 0 passes; one with
+#   <u, v> > 0 passes iff 4<u, v>^2 <= |u|^2 |v|^2 (both sides positive, so squaring keeps the order).
+#   Conversion to the course's form: with equal norms the two forms are the same condition
+#   (||u - v||^2 = 2N - 2<u, v> >= N  <=>  2<u, v> <= N). With mixed norms the angle form does not
+#   imply the min-distance one (station600 has norms^2 4 and ~1e10); `equalize_norms` multiplies each
+#   row by the integer ceil(sqrt(T / |u|^2)), T the largest norm^2, so that all norms^2 lie in
+#   [T, T (1 + O(1/sqrt T)))] and the min-distance form may hold -- the integer verifier then decides
+#   (for station600 the factor for the core is 50001, giving station600_aeform_k50001, slack 0).
+# * Z[sqrt2] coordinates a + b sqrt2 (a, b integers or rationals): inner products are P + Q sqrt2 with
+#   P = <a, a'> + 2<b, b'>, Q = <a, b'> + <b, a'>; the sign of p + q sqrt2 is exact (sign rule below).
+
+ANGLE = "angle"
+MIN_DISTANCE = "min-distance"
+
+
+@dataclass(frozen=True)
+class FormResult:
+    """The verdict on a set in one of the published forms (see `verify_form`).
+
+    valid: the set satisfies its criterion (and is well formed). form: "integer", "rational", "angle" or
+        "zsqrt2". criterion: "min-distance" (min ||x - y||^2 >= max ||x||^2) or "angle" (cos <= 1/2).
+    num_points, dimension: the shape read. message: what is wrong and where, or a one-line summary.
+    offending_pair / offending_point: a violating pair (the worst one by cosine or distance) / a malformed point.
+    tight_pairs: the number of pairs exactly at the bound (cos = 1/2, or distance^2 = max norm^2), counted exactly.
+    max_cos: the largest cosine over pairs, as a float for display only (the decision is exact).
+    scale: the integer the coordinates were multiplied by to clear denominators (1 for integers).
+    min_sq_distance, max_sq_norm: the integer (and rational, times scale^2) min-distance form's two sides.
+    """
+
+    valid: bool
+    form: str
+    criterion: str
+    num_points: int
+    dimension: int | None
+    message: str
+    offending_pair: tuple[int, int] | None = None
+    offending_point: int | None = None
+    tight_pairs: int | None = None
+    max_cos: float | None = None
+    scale: int = 1
+    min_sq_distance: int | None = None
+    max_sq_norm: int | None = None
+
+    @property
+    def score(self) -> int:
+        return self.num_points if self.valid else 0
+
+
+def _fraction(value, i: int, j: int, n: int, d: int) -> Fraction:
+    """An exact rational from an int, Fraction, Decimal or a string such as "3/7" or "0.1234" (never a float)."""
+    where = f"point {i}, coordinate {j}"
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{where}: {value!r} is a boolean, not a number", i, n, d)
+    if isinstance(value, float):
+        raise InputError(f"{where}: {value!r} is a float, which is not exact; give rationals as strings "
+                         "('0.1234', '3/7'), Fractions or Decimals (read JSON with parse_float=Decimal)", i, n, d)
+    try:
+        if isinstance(value, (numbers.Rational, Decimal, str)):
+            exact = Fraction(value)
+        else:
+            raise TypeError
+    except (TypeError, ValueError, ZeroDivisionError, ArithmeticError):
+        raise InputError(f"{where}: {value!r} ({type(value).__name__}) is not an exact rational number", i, n, d) from None
+    return exact
+
+
+def to_fraction_rows(points, dimension: int | None = None) -> list[list[Fraction]]:
+    """Rows of Fractions, exactly; raises InputError naming the point and coordinate."""
+    if isinstance(points, (str, bytes)) or points is None or not hasattr(points, "__len__"):
+        raise InputError(f"points must be a list of vectors, got {type(points).__name__}")
+    points = list(points)
+    if not points:
+        raise InputError("no points given: the set must contain at least one nonzero vector")
+    lengths = [_row_length(row, i) for i, row in enumerate(points)]
+    n, d = len(points), lengths[0]
+    if any(length != d for length in lengths):
+        bad = next(i for i, length in enumerate(lengths) if length != d)
+        raise InputError(f"ragged input: point 0 has {d} coordinates but point {bad} has {lengths[bad]}", bad, n)
+    if dimension is not None and d != dimension:
+        raise InputError(f"points have dimension {d}, expected {dimension}", None, n, d)
+    return [[_fraction(v, i, j, n, d) for j, v in enumerate(row)] for i, row in enumerate(points)]
+
+
+def clear_denominators(rows: list[list[Fraction]]) -> tuple[np.ndarray, int]:
+    """(integer object matrix [n, d], L): the rows times L, the least common multiple of every denominator."""
+    scale = 1
+    for row in rows:
+        for v in row:
+            scale = math.lcm(scale, v.denominator)
+    out = np.empty((len(rows), len(rows[0])), dtype=object)
+    for i, row in enumerate(rows):
+        out[i, :] = [v.numerator * (scale // v.denominator) for v in row]
+    return out, scale
+
+
+def _int64_or_object(matrix: np.ndarray) -> np.ndarray:
+    return matrix.astype(np.int64) if _max_abs(matrix) < 2**63 else matrix.astype(object)
+
+
+def exact_products(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x @ y.T exactly for integer matrices [n, d], [m, d] (int64 or object of Python ints of any size).
+
+    Small entries: one float64 BLAS product when every partial sum stays below 2^53 (exact), else
+    int64 when it stays below 2^62. Larger: each entry is split into signed limbs of `bits` bits
+    (|limb| < 2^bits, d 2^(2 bits) < 2^53), every pair of limb matrices is one exact float64 product,
+    and the products are recombined with Python ints (object array) by shift: chunked exact integer
+    arithmetic, a few object operations per entry instead of d big multiplications.
+    """
+    d = x.shape[1]
+    mx, my = _max_abs(x), _max_abs(y)
+    bound = d * mx * my
+    if bound < FLOAT_EXACT_LIMIT:
+        return (x.astype(np.float64) @ y.astype(np.float64).T).astype(np.int64)
+    if bound < INT64_SAFE_LIMIT and x.dtype != object and y.dtype != object:
+        return x.astype(np.int64) @ y.astype(np.int64).T
+    bits = (52 - max(1, d).bit_length()) // 2  # d * 2^(2 bits) <= 2^52
+    xl, yl = _limbs(x, bits, mx), _limbs(y, bits, my)
+    by_shift: dict[int, np.ndarray] = {}
+    for s, a in enumerate(xl):
+        for t, b in enumerate(yl):
+            product = (a @ b.T).astype(np.int64)  # exact: |entries| < d 2^(2 bits) <= 2^52
+            by_shift[s + t] = by_shift[s + t] + product if s + t in by_shift else product  # few terms: < 2^62
+    out = np.zeros((x.shape[0], y.shape[0]), dtype=object)
+    for k, product in by_shift.items():
+        out += product.astype(object) * (1 << (bits * k))
+    return out
+
+
+def _limbs(matrix: np.ndarray, bits: int, largest: int) -> list[np.ndarray]:
+    """Signed limbs L_k (float64, |L_k| < 2^bits) with matrix = sum_k L_k 2^(bits k), exactly."""
+    obj = matrix.astype(object)
+    negative = np.vectorize(lambda v: v < 0, otypes=[bool])(obj)
+    magnitude = np.abs(obj)
+    mask = (1 << bits) - 1
+    limbs = []
+    for k in range(max(1, -(-max(largest, 1).bit_length() // bits))):
+        limb = ((magnitude >> (bits * k)) & mask).astype(np.float64)
+        limbs.append(np.where(negative, -limb, limb))
+    return limbs
+
+
+def _integer_rows(points, dimension: int | None, per_row: bool) -> tuple[np.ndarray, int]:
+    """Exact integer rows from integer or rational input. per_row: each row cleared by its own denominator
+    (the angle form is unchanged by a positive scale per row); else one common scale L (returned)."""
+    try:
+        return to_integer_matrix(points), 1
+    except InputError:
+        rows = to_fraction_rows(points, dimension)  # raises the rational path's own, more precise error
+    if per_row:
+        out = np.empty((len(rows), len(rows[0])), dtype=object)
+        for i, row in enumerate(rows):
+            out[i, :] = clear_denominators([row])[0][0]
+        return out, 1
+    return clear_denominators(rows)
+
+
+def verify_rational(points, dimension: int | None = 11) -> FormResult:
+    """Rational coordinates in the course's min-distance form, exactly (cleared of denominators first)."""
+    try:
+        rows = to_fraction_rows(points, dimension)
+    except InputError as exc:
+        return FormResult(False, "rational", MIN_DISTANCE, exc.num_points, exc.dimension, str(exc),
+                          offending_point=exc.point)
+    matrix, scale = clear_denominators(rows)
+    result = verify(_int64_or_object(matrix), dimension)
+    note = "" if scale == 1 else f" (coordinates times their common denominator {scale}; the form is scale-free)"
+    return FormResult(result.valid, "rational", MIN_DISTANCE, result.num_points, result.dimension,
+                      result.message + note, result.offending_pair, result.offending_point, scale=scale,
+                      min_sq_distance=result.min_sq_distance, max_sq_norm=result.max_sq_norm)
+
+
+def _pair_indices(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(n, k=1)
+
+
+def _first_zero_row(matrix: np.ndarray) -> int | None:
+    zero = [i for i, row in enumerate(matrix) if not any(int(v) for v in row)]
+    return zero[0] if zero else None
+
+
+def verify_angle(points, dimension: int | None = 11) -> FormResult:
+    """The angle form: every pair of (nonzero, integer or rational) points has cos <= 1/2, decided exactly.
+
+    Mixed norms are allowed (a rational row is cleared by its own denominator: angles do not change).
+    Exactly: G = <u, v> from `exact_products`; pairs with G > 0 must have 4 G^2 <= |u|^2 |v|^2 (Python ints).
+    """
+    try:
+        matrix, _ = _integer_rows(points, dimension, per_row=True)
+    except InputError as exc:
+        return FormResult(False, "angle", ANGLE, exc.num_points, exc.dimension, str(exc), offending_point=exc.point)
+    n, d = matrix.shape
+    if dimension is not None and d != dimension:
+        return FormResult(False, "angle", ANGLE, n, d, f"points have dimension {d}, expected {dimension}")
+    zero = _first_zero_row(matrix)
+    if zero is not None:
+        return FormResult(False, "angle", ANGLE, n, d, f"point {zero} is the zero vector; it has no direction",
+                          offending_point=zero)
+    if n == 1:
+        return FormResult(True, "angle", ANGLE, 1, d, f"valid: 1 point in dimension {d}", tight_pairs=0)
+    gram = exact_products(matrix, matrix)  # [n, n] exact
+    norms = np.array([int(gram[i, i]) for i in range(n)], dtype=object)  # [n] |u|^2
+    i, j = _pair_indices(n)
+    g = gram[i, j]
+    positive = np.flatnonzero(g > 0)
+    gp = g[positive].astype(object)  # [m] Python ints
+    lhs = 4 * gp * gp  # [m] 4 <u, v>^2
+    rhs = norms[i[positive]] * norms[j[positive]]  # [m] |u|^2 |v|^2
+    bad = positive[np.flatnonzero(lhs > rhs)]
+    tight = int(np.count_nonzero(lhs == rhs))
+    cos = _display_cos(g, norms, i, j)
+    worst = int(np.argmax(cos))
+    if bad.size:
+        k = int(bad[np.argmax(cos[bad])])
+        a, b = int(i[k]), int(j[k])
+        return FormResult(False, "angle", ANGLE, n, d,
+                          f"points {a} and {b} have cos {cos[k]:.12g} > 1/2 (exactly: 4<u,v>^2 = {4 * int(g[k]) ** 2} > "
+                          f"|u|^2|v|^2 = {int(norms[a]) * int(norms[b])}); {bad.size} pair(s) violate the angle form",
+                          (a, b), None, tight, float(cos[worst]))
+    return FormResult(True, "angle", ANGLE, n, d,
+                      f"valid: {n} points in dimension {d}, every pair has cos <= 1/2 (max {cos[worst]:.12g}; "
+                      f"{tight} pair(s) at exactly 1/2)", None, None, tight, float(cos[worst]))
+
+
+def _display_cos(g: np.ndarray, norms: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Cosines as floats, for messages only (int / int rounds correctly even for huge Python ints)."""
+    scale = max(int(v) for v in norms)
+    nf = np.array([int(v) / scale for v in norms])
+    gf = np.array([int(v) / scale for v in g]) if g.dtype == object else g.astype(np.float64) / scale
+    return gf / np.sqrt(nf[i] * nf[j])
+
+
+def equalize_norms(points) -> np.ndarray:
+    """The candidate min-distance form of an angle-form integer set: rows within a factor 4 of the largest
+    norm^2 T stay as they are; a shorter row u is multiplied by the least integer k with k^2 |u|^2 >= T
+    (k >= 2). Returns an object array of Python ints; nothing is promised -- verify it with `verify`.
+    For station600 this multiplies the 496 core rows (norm^2 4) by 50001 and reproduces
+    station600_aeform_k50001 exactly."""
+    matrix = to_integer_matrix(points).astype(object)
+    norms = [sum(int(v) * int(v) for v in row) for row in matrix]
+    if min(norms) == 0:
+        raise ValueError("a zero vector has no direction; remove it")
+    target = max(norms)
+    out = matrix.copy()
+    for r, norm in enumerate(norms):
+        if 4 * norm > target:
+            continue
+        k = max(2, math.isqrt(target // norm))
+        while k * k * norm < target:
+            k += 1
+        out[r] = matrix[r] * k
+    return out
+
+
+# Z[sqrt2]: numbers p + q sqrt2 as pairs of integer arrays.
+
+
+def zsqrt2_sign(p, q) -> np.ndarray:
+    """sign(p + q sqrt2) elementwise, exactly, for integer arrays (int64 or object).
+
+    Same signs (or a zero): the sign of the nonzero part. Opposite signs: p^2 - 2 q^2 = (p + q sqrt2)(p - q sqrt2)
+    and p - q sqrt2 has the sign of p there, so sign(p + q sqrt2) = sign(p) * sign(p^2 - 2 q^2).
+    """
+    p = np.asarray(p, dtype=object)
+    q = np.asarray(q, dtype=object)
+    sp = (p > 0).astype(np.int8) - (p < 0).astype(np.int8)
+    sq = (q > 0).astype(np.int8) - (q < 0).astype(np.int8)
+    out = np.where(sp != 0, sp, sq).astype(np.int8)  # right wherever the signs agree or one is zero
+    mixed = sp * sq < 0
+    if mixed.any():
+        pm, qm = p[mixed], q[mixed]
+        t = pm * pm - 2 * qm * qm  # never 0 for q != 0 (sqrt2 is irrational)
+        out[mixed] = sp[mixed] * ((t > 0).astype(np.int8) - (t < 0).astype(np.int8))
+    return out
+
+
+def split_zsqrt2(vectors) -> tuple[list, list]:
+    """(rational parts, sqrt2 parts) from interleaved rows [a_0, b_0, a_1, b_1, ...] (the station604 file)."""
+    rows = [list(v) for v in vectors]
+    if any(len(r) % 2 for r in rows):
+        raise ValueError("interleaved Z[sqrt2] rows need an even length: entry 2k = rational part, 2k+1 = sqrt2 part")
+    return [r[0::2] for r in rows], [r[1::2] for r in rows]
+
+
+def verify_zsqrt2(rational, sqrt2, dimension: int | None = 11, criterion: str = MIN_DISTANCE) -> FormResult:
+    """Points a + b sqrt2 (a = `rational`, b = `sqrt2`: integer or rational [n, d]), exactly, in either form.
+
+    min-distance: ||x - y||^2 >= max ||x||^2 (the course's form; the largest norm is found by exact comparison);
+    angle: cos <= 1/2 (G > 0 pairs need 4 G^2 <= N_x N_y, products in Z[sqrt2]). No float decides anything.
+    """
+    if criterion not in (MIN_DISTANCE, ANGLE):
+        raise ValueError(f"criterion={criterion!r}: choose {MIN_DISTANCE!r} or {ANGLE!r}")
+    try:
+        a_rows = to_fraction_rows(rational, dimension)
+        b_rows = to_fraction_rows(sqrt2, dimension)
+    except InputError as exc:
+        return FormResult(False, "zsqrt2", criterion, exc.num_points, exc.dimension, str(exc), offending_point=exc.point)
+    if len(a_rows) != len(b_rows):
+        return FormResult(False, "zsqrt2", criterion, len(a_rows), len(a_rows[0]),
+                          f"{len(a_rows)} rational parts but {len(b_rows)} sqrt2 parts")
+    matrix, scale = clear_denominators(a_rows + b_rows)  # one scale for both parts: x -> L x
+    n, d = len(a_rows), len(a_rows[0])
+    a, b = _int64_or_object(matrix[:n]), _int64_or_object(matrix[n:])
+    zero = _first_zero_row(np.hstack([a.astype(object), b.astype(object)]))
+    if zero is not None:
+        return FormResult(False, "zsqrt2", criterion, n, d, f"point {zero} is the zero vector", offending_point=zero,
+                          scale=scale)
+    if n == 1:
+        return FormResult(True, "zsqrt2", criterion, 1, d, f"valid: 1 point in dimension {d}", tight_pairs=0, scale=scale)
+    P = (exact_products(a, a) + 2 * exact_products(b, b)).astype(object)  # [n, n] rational part of <x, y>
+    ab = exact_products(a, b).astype(object)
+    Q = ab + ab.T  # [n, n] sqrt2 part of <x, y>
+    np_, nq = np.array([P[k, k] for k in range(n)], dtype=object), np.array([Q[k, k] for k in range(n)], dtype=object)
+    i, j = _pair_indices(n)
+    cos = _zsqrt2_display_cos(P[i, j], Q[i, j], np_, nq, i, j)
+    worst = int(np.argmax(cos)) if len(i) else 0
+    max_cos = float(cos[worst]) if len(i) else None
+    if criterion == MIN_DISTANCE:
+        longest = 0
+        for k in range(1, n):  # exact argmax of the norms N_k = np_k + nq_k sqrt2
+            if zsqrt2_sign(np.array([np_[k] - np_[longest]], dtype=object), np.array([nq[k] - nq[longest]], dtype=object))[0] > 0:
+                longest = k
+        dp = np_[i] + np_[j] - 2 * P[i, j]  # [pairs] ||x - y||^2 = dp + dq sqrt2
+        dq = nq[i] + nq[j] - 2 * Q[i, j]
+        duplicate = np.flatnonzero((dp == 0) & (dq == 0))
+        if duplicate.size:
+            k = int(duplicate[0])
+            return FormResult(False, "zsqrt2", criterion, n, d, f"points {i[k]} and {j[k]} are identical",
+                              (int(i[k]), int(j[k])), int(j[k]), scale=scale)
+        signs = zsqrt2_sign(dp - np_[longest], dq - nq[longest])  # sign(||x - y||^2 - max ||z||^2)
+        norm_text = f"{np_[longest]} + {nq[longest]} sqrt2"
+        bound = f"max squared norm {norm_text} (point {longest})"
+    else:
+        g_sign = zsqrt2_sign(P[i, j], Q[i, j])
+        positive = np.flatnonzero(g_sign > 0)
+        signs = np.ones(len(i), dtype=np.int8)
+        if positive.size:
+            gp, gq = P[i, j][positive], Q[i, j][positive]
+            ni_p, ni_q, nj_p, nj_q = np_[i[positive]], nq[i[positive]], np_[j[positive]], nq[j[positive]]
+            prod_p, prod_q = ni_p * nj_p + 2 * ni_q * nj_q, ni_p * nj_q + ni_q * nj_p  # N_x N_y
+            sq_p, sq_q = gp * gp + 2 * gq * gq, 2 * gp * gq  # G^2
+            signs[positive] = zsqrt2_sign(prod_p - 4 * sq_p, prod_q - 4 * sq_q)  # sign(N_x N_y - 4 G^2)
+        bound = "cos 1/2"
+    bad = np.flatnonzero(signs < 0)
+    tight = int(np.count_nonzero(signs == 0))
+    if bad.size:
+        k = int(bad[np.argmax(cos[bad])])
+        return FormResult(False, "zsqrt2", criterion, n, d,
+                          f"points {i[k]} and {j[k]} (cos {cos[k]:.15g}) break the {criterion} form against the {bound}, "
+                          f"exactly in Z[sqrt2]; {bad.size} pair(s) violate it", (int(i[k]), int(j[k])), None, tight,
+                          max_cos, scale)
+    return FormResult(True, "zsqrt2", criterion, n, d,
+                      f"valid: {n} points in dimension {d} with coordinates in Z[sqrt2], {criterion} form "
+                      f"({bound}; {tight} pair(s) exactly at the bound; max cos {max_cos:.12g})", None, None, tight,
+                      max_cos, scale)
+
+
+def _zsqrt2_float(p: np.ndarray, q: np.ndarray, scale: int) -> np.ndarray:
+    """(p + q sqrt2) / scale as floats without cancellation: where p and q have opposite signs it is
+    (p^2 - 2 q^2) / (p - q sqrt2), whose denominator adds two numbers of the same sign. Display only."""
+    root2 = math.sqrt(2.0)
+    out = np.empty(len(p))
+    for k, (a, b) in enumerate(zip(p, q)):
+        a, b = int(a), int(b)
+        if (a > 0 and b < 0) or (a < 0 and b > 0):
+            out[k] = ((a * a - 2 * b * b) / (scale * scale)) / (a / scale - b / scale * root2)
+        else:
+            out[k] = a / scale + b / scale * root2
+    return out
+
+
+def _zsqrt2_display_cos(gp, gq, np_, nq, i, j) -> np.ndarray:
+    scale = max(abs(int(v)) for v in np_) or 1
+    g = _zsqrt2_float(gp, gq, scale)
+    norm = _zsqrt2_float(np_, nq, scale)
+    return g / np.sqrt(norm[i] * norm[j])
+
+
+FORMS = ("integer", "rational", "angle", "zsqrt2")
+
+
+def verify_form(data, form: str = "auto", dimension: int | None = 11) -> FormResult:
+    """Verify `data` in `form`: "integer" (the course's form), "rational", "angle", "zsqrt2" (interleaved rows, or
+    {"rational": ..., "sqrt2": ...}; min-distance form) or "auto" (zsqrt2 for such a dict or for a
+    {"vectors": ...} record whose rows have 2 * dimension entries, else integer when every entry is an integer,
+    else rational). Angle is never guessed: name it."""
+    if isinstance(data, dict):
+        if "rational" in data and "sqrt2" in data:
+            return verify_zsqrt2(data["rational"], data["sqrt2"], dimension)
+        inner = data.get("points", data.get("vectors"))
+        if inner is None:
+            raise ValueError("a JSON object needs a 'points' or 'vectors' key (or 'rational' and 'sqrt2')")
+        if form == "auto" and dimension is not None and inner and len(inner[0]) == 2 * dimension:
+            form = "zsqrt2"
+        data = inner
+    if form == "auto":
+        try:
+            to_integer_matrix(data)
+            form = "integer"
+        except InputError:
+            form = "rational"
+    if form == "integer":
+        r = verify(data, dimension)
+        return FormResult(r.valid, "integer", MIN_DISTANCE, r.num_points, r.dimension, r.message, r.offending_pair,
+                          r.offending_point, min_sq_distance=r.min_sq_distance, max_sq_norm=r.max_sq_norm)
+    if form == "rational":
+        return verify_rational(data, dimension)
+    if form == "angle":
+        return verify_angle(data, dimension)
+    if form == "zsqrt2":
+        try:
+            rational, sqrt2 = split_zsqrt2(data)
+        except (ValueError, TypeError) as exc:
+            return FormResult(False, "zsqrt2", MIN_DISTANCE, len(data) if hasattr(data, "__len__") else 0, None, str(exc))
+        return verify_zsqrt2(rational, sqrt2, dimension)
+    raise ValueError(f"form={form!r}: choose auto or one of {', '.join(FORMS)}")

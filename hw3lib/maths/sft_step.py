@@ -7,7 +7,8 @@ step's mean response length (a per-token scale: the learning rate does not depen
 length), then clips the global gradient norm, sets the learning rate and steps AdamW -- unless the
 loss or the gradient norm is not finite (a NaN would poison the weights and Adam's moments).
 Log-probs come from `response_log_probs`: logits only for the response columns, the shared prompt
-prefix run once, under autocast for a bf16 policy with float32 masters.
+prefix run once, under autocast for a bf16 policy with float32 masters -- through the bf16 working copy of
+`hw3lib.core.precision.MasterWeights` when the caller passes one (`working`), refreshed after the update.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def response_bounds(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 def sft_optimizer_step(policy, optimizer, params, batch: dict[str, torch.Tensor], rows: Sequence[int], *,
                        micro_batch_size: int, dtype: str, max_grad_norm: float, learning_rate: float,
-                       shared_prefix: int = 0) -> dict:
+                       shared_prefix: int = 0, working=None) -> dict:
     """One AdamW step of SFT on `rows` of `batch`, accumulated over microbatches of `micro_batch_size`.
 
     `batch`: `input_ids`, `labels`, `response_mask` on the policy's device and `response_start`,
@@ -39,6 +40,7 @@ def sft_optimizer_step(policy, optimizer, params, batch: dict[str, torch.Tensor]
     averaged over the step's traces (`sft_microbatch_train_step` with `normalize_constant` and the
     number of microbatches as accumulation steps). Returns floats `loss` (NLL per response token),
     `grad_norm`, `entropy` (mean token entropy), `tokens`, and `updated` (False: skipped, non-finite).
+    `working` (optional): the policy's `MasterWeights`, whose working copy the microbatches run through.
     """
     rows = list(rows)
     n_micro = math.ceil(len(rows) / micro_batch_size)
@@ -47,11 +49,12 @@ def sft_optimizer_step(policy, optimizer, params, batch: dict[str, torch.Tensor]
     nll_sum = torch.zeros((), dtype=torch.float32)
     entropy_sum = torch.zeros((), dtype=torch.float32)
     device = batch["labels"].device
+    model = working.model if working is not None else policy
     for first in range(0, len(rows), micro_batch_size):
         idx = torch.tensor(rows[first:first + micro_batch_size])  # [b]
         cols = slice(int(batch["response_start"][idx].min()), int(batch["lengths"][idx].max()))
         with autocast_for(dtype, device):
-            out = response_log_probs(policy, batch["input_ids"][idx.to(device), :cols.stop],
+            out = response_log_probs(model, batch["input_ids"][idx.to(device), :cols.stop],
                                      batch["labels"][idx.to(device), cols], return_token_entropy=True,
                                      shared_prefix=shared_prefix)
         mask = batch["response_mask"][idx.to(device), cols]  # [b, T]
@@ -68,5 +71,7 @@ def sft_optimizer_step(policy, optimizer, params, batch: dict[str, torch.Tensor]
     if updated:  # a NaN/inf would poison the weights and Adam's moments
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if working is not None:
+        working.refresh()  # the one cast of the step
     return {"loss": loss, "grad_norm": grad_norm, "entropy": float(entropy_sum) / max(tokens, 1.0),
             "tokens": tokens, "updated": updated}

@@ -41,7 +41,10 @@ VOCAB_SIZE = 151936
 EOS_ID = 151643  # Qwen's <|endoftext|>
 EOS_TOKEN = "<|endoftext|>"
 TRAINED_MERGES_VOCAB = 8192  # BPE entries trained on GSM8K text before the filler tokens
-REAL_SHAPES = ("qwen3-0.6b", "qwen2.5-math-1.5b")
+REAL_SHAPES = ("qwen3-0.6b", "qwen2.5-math-1.5b", "olmo2-0425-1b")
+# OLMo 2's own ids (its dolma2 tokenizer: <|endoftext|> 100,257, <|pad|> 100,277). Its 100,352-entry vocabulary has
+# no real-vocabulary tokenizer here: `real_shape_path` builds the Qwen shapes only; OLMo is a config and a stand-in.
+OLMO2_VOCAB_SIZE, OLMO2_EOS_ID, OLMO2_PAD_ID = 100352, 100257, 100277
 
 
 def real_shape_config(name: str, layers: int | None = None):
@@ -58,6 +61,18 @@ def real_shape_config(name: str, layers: int | None = None):
             num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0,
             rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False, sliding_window=4096,
             max_window_layers=28, bos_token_id=EOS_ID, eos_token_id=EOS_ID, pad_token_id=EOS_ID)
+    elif name == "olmo2-0425-1b":
+        # CS336 2026's model, allenai/OLMo-2-0425-1B (an Olmo2 model): 16 layers, width 2,048, 16 query = 16 KV
+        # heads of 128, MLP 8,192, RMS norms on q and k and after (not before) attention and MLP, RoPE base
+        # 500,000, 4,096 positions, untied embeddings: 1,484,916,736 parameters. Source: the model's hub config
+        # (as copied with its fine-tunes, e.g. CodeAtCMU/OLMo-2-0425-1B_full_sft_code_data_120K_remove_comments).
+        from transformers import Olmo2Config
+
+        config = Olmo2Config(
+            vocab_size=OLMO2_VOCAB_SIZE, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+            num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=4096, rope_theta=500000.0,
+            rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, bos_token_id=OLMO2_EOS_ID,
+            eos_token_id=OLMO2_EOS_ID, pad_token_id=OLMO2_PAD_ID)
     else:
         raise ValueError(f"unknown real shape {name!r}: choose one of {', '.join(REAL_SHAPES)}")
     if layers is not None:
@@ -73,11 +88,12 @@ def real_shape_config(name: str, layers: int | None = None):
 
 
 def course_shapes() -> dict:
-    """The full profile's two models as the cost model sees them (`hw3lib.core.cost.Shape`), by hub id."""
+    """The full profile's three models as the cost model sees them (`hw3lib.core.cost.Shape`), by hub id."""
     from hw3lib.core.cost import Shape
 
     return {"Qwen/Qwen3-0.6B": Shape.from_config("Qwen3-0.6B", real_shape_config("qwen3-0.6b")),
-            "Qwen/Qwen2.5-Math-1.5B": Shape.from_config("Qwen2.5-Math-1.5B", real_shape_config("qwen2.5-math-1.5b"))}
+            "Qwen/Qwen2.5-Math-1.5B": Shape.from_config("Qwen2.5-Math-1.5B", real_shape_config("qwen2.5-math-1.5b")),
+            "allenai/OLMo-2-0425-1B": Shape.from_config("OLMo-2-0425-1B", real_shape_config("olmo2-0425-1b"))}
 
 
 def _key(name: str, layers: int | None, seed: int) -> str:
@@ -88,7 +104,9 @@ def _key(name: str, layers: int | None, seed: int) -> str:
 
 def real_shape_path(name: str = "qwen3-0.6b", layers: int | None = None, seed: int = 0) -> Path:
     """The checkpoint folder of `name` with `layers` decoder layers (None: the real depth), built on first use."""
-    real_shape_config(name, layers)  # checks the arguments before anything is built
+    if real_shape_config(name, layers).vocab_size != VOCAB_SIZE:  # checks the arguments before anything is built
+        raise ValueError(f"real_shape_path builds Qwen-vocabulary shapes only; {name} has no tokenizer here: use "
+                         "real_shape_config, or its stand-in (hw3lib.models.stand_in)")
     depth = layers if layers is not None else "all"
     target = cache_dir() / "real_shape" / f"{name}-{depth}L-{_key(name, layers, seed)}"
     return build_folder_once(target, lambda staging: _build(name, layers, seed, staging), marker="tokenizer.json")

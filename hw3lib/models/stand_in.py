@@ -38,6 +38,9 @@ STAND_IN_SIZES = {
     "Qwen/Qwen2.5-Math-1.5B": ("qwen2.5-math-1.5b", {"hidden_size": 64, "intermediate_size": 192,
                                                      "num_hidden_layers": 2, "num_attention_heads": 2,
                                                      "num_key_value_heads": 1}),
+    # CS336 2026: OLMo 2 has no grouped-query attention (16/16 heads), so neither has its stand-in (2/2).
+    "allenai/OLMo-2-0425-1B": ("olmo2-0425-1b", {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+                                                 "num_attention_heads": 2, "num_key_value_heads": 2}),
 }
 CONTEXT = 1024  # positions: a course prompt plus the rehearsal's short responses fit many times over
 

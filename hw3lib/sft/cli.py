@@ -10,8 +10,8 @@ Examples:
     hw3 expert-iteration --profile full --name ei_g8 --resume
 
 Outputs go to runs/<name>/ (config.json, metrics.jsonl, generations/, samples/, checkpoints/). A
-folder holding another run is refused with an error (never deleted): pass --resume, another
---name, or --overwrite.
+folder holding another run is refused in one line (never deleted) that says which of --resume,
+--resume --steps N, another --name or --overwrite goes on from it.
 """
 
 from __future__ import annotations
@@ -21,17 +21,14 @@ from typing import Optional
 
 import typer
 
-from hw3lib.core.cli_options import config_from_profile
+from hw3lib.core.cli_options import check_run_folder, config_from_profile
 
 
 def _run(function, cfg, resume: bool, overwrite: bool, unit: str) -> None:
-    from hw3lib.core.runs import RunExistsError
-
-    try:
-        result = function(cfg, resume=resume, overwrite=overwrite)
-    except (RunExistsError, ValueError) as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    # A folder holding another run: one line on what to do, before anything is loaded. What the run itself refuses
+    # (a data file, settings, the preflight) is printed as one line by `hw3` (hw3lib.cli).
+    check_run_folder(cfg, resume, overwrite)
+    result = function(cfg, resume=resume, overwrite=overwrite)
     final = result.eval_rows[-1] if result.eval_rows else {}
     typer.echo(json.dumps({key: value for key, value in final.items() if key.startswith("eval/")}, indent=2))
     typer.echo(f"{result.steps} {unit} in {result.elapsed_s:.1f}s; outputs in {result.run_dir}")

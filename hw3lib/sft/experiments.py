@@ -6,22 +6,25 @@
   round or questions per round;
 - `run_all(function, configs)`: run each in turn (`resume=True`: finished runs are read back);
 - `sft_summary`, `ei_summary`: one row per run; `plot_sft`, `plot_ei`: the curves (saved to figures/);
-- `difference_band(p, n)`: two standard errors of the difference of two accuracies on n questions,
-  the noise a gap must exceed before it counts;
+- `versus(a, b)`: run a's validation minus run b's with its noise (`hw3lib.core.stats`): paired over the held-out
+  questions from the generations both runs wrote, the noise a gap must exceed before it counts;
 - `sft_ei_reading(...)`: the notebook's reading of sections 5-7, computed from the runs: the SFT and EI
   paragraphs and the summary that notebook 05 writes to `figures/sft_ei.json` for writeup/sft.typ.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from hw3lib.sft.config import EIConfig, SFTConfig
 from hw3lib.core.lifecycle import RunResult
+from hw3lib.core.io import read_jsonl
+from hw3lib.core.stats import Noise, compare_outcomes, noise_words, question_outcomes, unpaired_band
 from hw3lib.core.writeup_keys import config_settings
 from hw3lib.evaluation.validate import validation_label
-from hw3lib.sft.loop import trace_summary
+from hw3lib.sft.loop import GENERATIONS_DIR, trace_summary
 
 SFT_SIZES = (128, 256, 512, 1024, None)  # the MATH handout's sizes (None: the full set)
 # The MATH handout's expert-iteration runs: n_ei_steps = 5 (EIConfig's default), question batch D_b in
@@ -65,11 +68,6 @@ def run_all(function: Callable[..., RunResult], configs: dict, resume: bool = Tr
         print(f"=== {label}", flush=True)
         results[label] = function(cfg, resume=resume)
     return results
-
-
-def difference_band(p: float, n: int) -> float:
-    """Two standard errors of the difference of two independent accuracies near `p` on `n` questions each."""
-    return 2 * math.sqrt(2 * p * (1 - p) / n)
 
 
 def sft_summary(results: dict[str, RunResult]) -> list[dict]:
@@ -166,8 +164,60 @@ def plot_ei(ei: dict[str, RunResult], sft: RunResult | None = None, grpo=None, g
     return fig
 
 
-def _verdict(gap: float, band: float) -> str:
-    return "beyond" if abs(gap) > band else "within"
+def _generations(result: RunResult, which: int) -> list[dict]:
+    """The rows of the run's first (`which=0`) or last (-1) validation's generations file ([] where none)."""
+    if result.run_dir is None:
+        return []
+    files = sorted((Path(result.run_dir) / GENERATIONS_DIR).glob("*.jsonl"))
+    return read_jsonl(files[which]) if files else []
+
+
+def validation_outcomes(result: RunResult, which: int = -1) -> list[int] | None:
+    """Per-question answer rewards of the run's first (`which=0`) or last (-1) validation, from the generations it
+    wrote (`generations/<counter>_XXXX.jsonl`, every held-out question); None where none were written."""
+    rows = _generations(result, which)
+    return question_outcomes(rows, len(rows)) if rows else None
+
+
+def versus(a: RunResult, b: RunResult, which_a: int = -1, which_b: int = -1) -> Noise:
+    """Run a's validation answer reward minus run b's (`which`: first 0 / last -1 validation) and its noise: paired
+    over the held-out questions when both wrote their generations for the same prompts in the same order, else
+    unpaired."""
+    row_a, row_b = a.eval_rows[which_a], b.eval_rows[which_b]
+    gen_a, gen_b = _generations(a, which_a), _generations(b, which_b)
+    same = bool(gen_a) and [g.get("prompt") for g in gen_a] == [g.get("prompt") for g in gen_b]
+    outcomes_a = question_outcomes(gen_a, len(gen_a)) if same else None
+    outcomes_b = question_outcomes(gen_b, len(gen_b)) if same else None
+    return compare_outcomes(outcomes_a, outcomes_b, row_a["eval/answer_reward"], row_a["eval/n"],
+                            row_b["eval/answer_reward"], row_b["eval/n"])
+
+
+@dataclass(frozen=True)
+class SFTFindings:
+    """The SFT reading's numbers: the size gap (largest minus smallest run), filtered minus all, and whether the
+    held-out trace NLL falls with every larger size and the small runs' training loss ends lower."""
+
+    smallest: str
+    largest: str
+    size_gap: Noise
+    filter_gap: Noise
+    nll_falls: bool
+    memorizes: bool
+
+    def to_dict(self) -> dict:
+        return {"smallest": self.smallest, "largest": self.largest, "size_gap": self.size_gap.to_dict(),
+                "filter_gap": self.filter_gap.to_dict(), "nll_falls": self.nll_falls, "memorizes": self.memorizes}
+
+
+def sft_findings(sft_results: dict[str, RunResult], sft_rows: list[dict]) -> SFTFindings:
+    """`SFTFindings` of the SFT runs (`sft_summary`'s rows, sizes in order, then `filtered`)."""
+    by_size = [r for r in sft_rows if r["run"] != "filtered"]
+    smallest, largest = by_size[0], by_size[-1]
+    return SFTFindings(
+        smallest["run"], largest["run"], versus(sft_results[largest["run"]], sft_results[smallest["run"]]),
+        versus(sft_results["filtered"], sft_results["all"]),
+        all(b["heldout_trace_nll_end"] < a["heldout_trace_nll_end"] for a, b in zip(by_size, by_size[1:])),
+        smallest["train_loss_end"] < largest["train_loss_end"])
 
 
 def sft_ei_reading(sft_results: dict[str, RunResult], ei_results: dict[str, RunResult], grpo=None,
@@ -176,43 +226,26 @@ def sft_ei_reading(sft_results: dict[str, RunResult], ei_results: dict[str, RunR
 
     `sft_results` must hold the `all` and `filtered` runs of `sft_size_configs` (the sizes in order);
     `grpo` is a GRPO `RunResult` on the same held-out questions (or None) and `grpo_rollouts_per_step`
-    its rollout batch size. Every gap is compared with `difference_band` at the mean of the two
-    accuracies on the `eval/n` held-out questions. The summary holds the keys writeup/sft.typ reads.
+    its rollout batch size. Every gap between two validations is compared on the shared held-out questions
+    (`versus`: paired over the generations each run wrote, else the unpaired band). The summary holds the keys
+    writeup/sft.typ reads, and `findings` (the numbers and verdicts the paragraphs word).
     """
     sft_rows, ei_rows = sft_summary(sft_results), ei_summary(ei_results)
     sft_base = sft_results["all"].config
     n_eval = sft_results["all"].eval_rows[-1]["eval/n"]
-
-    def band_for(*accuracies: float) -> float:
-        p = sum(accuracies) / len(accuracies)
-        return difference_band(min(max(p, 0.01), 0.99), n_eval)
-
+    found = sft_findings(sft_results, sft_rows)
     all_row = next(r for r in sft_rows if r["run"] == "all")
     filtered = next(r for r in sft_rows if r["run"] == "filtered")
-    by_size = [r for r in sft_rows if r["run"] != "filtered"]
-    smallest, largest = by_size[0], by_size[-1]
-    gap = largest["eval_answer_end"] - smallest["eval_answer_end"]
-    band = band_for(smallest["eval_answer_end"], largest["eval_answer_end"])
-    filter_gap = filtered["eval_answer_end"] - all_row["eval_answer_end"]
-    nll_falls = all(b["heldout_trace_nll_end"] < a["heldout_trace_nll_end"] for a, b in zip(by_size, by_size[1:]))
-    per_size = ", ".join(f"{r['run']}: {r['eval_answer_end']:.1%} (NLL {r['heldout_trace_nll_end']:.3f}, "
-                         f"train loss {r['train_loss_end']:.3f})" for r in by_size)
-    sft_reading = (
-        f"After {sft_base.n_sft_steps} steps of {sft_base.train_batch_size} traces, final validation accuracy and "
-        f"held-out trace NLL per number of unique examples: {per_size}. From {smallest['unique_examples']} to "
-        f"{largest['unique_examples']} unique examples accuracy moved {100 * gap:+.1f} points, "
-        f"{_verdict(gap, band)} the {100 * band:.1f}-point noise band; the held-out trace NLL "
-        + ("falls with every doubling of the data" if nll_falls else "does not fall monotonically with the data")
-        + (" while the small runs drive their training loss far lower: they memorize their few traces instead of "
-           "learning the task" if smallest["train_loss_end"] < largest["train_loss_end"] else "")
-        + f". The filtered run ({filtered['unique_examples']} of {all_row['unique_examples']} traces kept) ended at "
-        f"{filtered['eval_answer_end']:.1%} against {all_row['eval_answer_end']:.1%} for all traces "
-        f"({100 * filter_gap:+.1f} points, {_verdict(filter_gap, band_for(filtered['eval_answer_end'], all_row['eval_answer_end']))} "
-        f"the noise band).")
-
-    ei_reading = _ei_paragraph(ei_rows, ei_results, band_for)
+    sft_reading = _sft_paragraph(sft_base, sft_rows, found)
+    ei_found = {r["run"]: ei_run_findings(ei_results[r["run"]], r) for r in ei_rows}
+    ei_reading = _ei_paragraph(ei_rows, ei_results, ei_found)
+    findings = {"sft": found.to_dict(), "ei": {run: {k: v.to_dict() for k, v in f.items()} for run, f in
+                                               ei_found.items()}}
     if ei_rows:
-        ei_reading += " " + _ei_versus_sft(ei_rows, all_row, band_for)
+        best = max(ei_rows, key=lambda r: r["eval_answer_end"])
+        gap = versus(ei_results[best["run"]], sft_results["all"])
+        findings["ei_versus_sft"] = {"run": best["run"], **gap.to_dict()}
+        ei_reading += " " + _ei_versus_sft(best, all_row, gap)
     thresholds = _thresholds(all_row, ei_rows, sft_base.profile)
     summary = {
         "profile": sft_base.profile, "dataset": sft_base.dataset, "sft_model": sft_base.model,
@@ -220,16 +253,38 @@ def sft_ei_reading(sft_results: dict[str, RunResult], ei_results: dict[str, RunR
         "ei_model": next(iter(ei_results.values())).config.model if ei_results else None,
         "sft_steps": sft_base.n_sft_steps, "sft_batch_size": sft_base.train_batch_size, "n_eval": n_eval,
         "validation": validation_label(sft_base),
-        "trace_noise": sft_base.trace_noise, "noise_band": band, "pool_size": all_row["unique_examples"],
+        "trace_noise": sft_base.trace_noise, "noise_band": found.size_gap.band, "pool_size": all_row["unique_examples"],
         "filtered_size": filtered["unique_examples"], "sft_rows": sft_rows, "ei_rows": ei_rows,
         "sft_reading": sft_reading, "section_seconds": section_seconds, "thresholds": thresholds,
-        "settings": config_settings(sft_base)}
+        "settings": config_settings(sft_base), "findings": findings}
     if grpo is not None:
         text, grpo_summary = _grpo_comparison(grpo, sft_base, grpo_rollouts_per_step)
         ei_reading += text
         summary.update(grpo_summary)
     summary["ei_reading"] = ei_reading
     return sft_reading, ei_reading, summary
+
+
+def _sft_paragraph(sft_base, sft_rows: list[dict], found: SFTFindings) -> str:
+    """`SFTFindings` in words."""
+    by_size = [r for r in sft_rows if r["run"] != "filtered"]
+    smallest, largest = by_size[0], by_size[-1]
+    all_row = next(r for r in sft_rows if r["run"] == "all")
+    filtered = next(r for r in sft_rows if r["run"] == "filtered")
+    per_size = ", ".join(f"{r['run']}: {r['eval_answer_end']:.1%} (NLL {r['heldout_trace_nll_end']:.3f}, "
+                         f"train loss {r['train_loss_end']:.3f})" for r in by_size)
+    return (
+        f"After {sft_base.n_sft_steps} steps of {sft_base.train_batch_size} traces, final validation accuracy and "
+        f"held-out trace NLL per number of unique examples: {per_size}. From {smallest['unique_examples']} to "
+        f"{largest['unique_examples']} unique examples accuracy moved {100 * found.size_gap.diff:+.1f} points, "
+        f"{noise_words(found.size_gap)}; the held-out trace NLL "
+        + ("falls with every doubling of the data" if found.nll_falls else "does not fall monotonically with the data")
+        + (" while the small runs drive their training loss far lower: they memorize their few traces instead of "
+           "learning the task" if found.memorizes else "")
+        + f". The filtered run ({filtered['unique_examples']} of {all_row['unique_examples']} traces kept) ended at "
+        f"{filtered['eval_answer_end']:.1%} against {all_row['eval_answer_end']:.1%} for all traces "
+        f"({100 * found.filter_gap.diff:+.1f} points, {noise_words(found.filter_gap)}).")
+
 
 def _thresholds(all_row: dict, ei_rows: list[dict], profile: str) -> list[dict]:
     """The handouts' 15% checks: SFT on the full set (run `all`) and the best EI run, met or not, with the value."""
@@ -245,39 +300,40 @@ def _thresholds(all_row: dict, ei_rows: list[dict], profile: str) -> list[dict]:
             for what, value, threshold in checks]
 
 
-def _ei_versus_sft(ei_rows: list[dict], all_row: dict, band_for) -> str:
-    """The handout's comparison: expert iteration against SFT on the full set of teacher traces."""
-    best = max(ei_rows, key=lambda r: r["eval_answer_end"])
-    gap = best["eval_answer_end"] - all_row["eval_answer_end"]
-    band = band_for(best["eval_answer_end"], all_row["eval_answer_end"])
-    verdict = ("within noise of" if abs(gap) <= band else "above" if gap > 0 else "below")
-    return (f"Against SFT: the best EI run ({best['run']}) ended at {best['eval_answer_end']:.1%}, {verdict} SFT on all "
-            f"{all_row['unique_examples']} teacher traces ({all_row['eval_answer_end']:.1%}; {100 * gap:+.1f} points, "
-            f"band {100 * band:.1f}), learning only from {best['rollouts']} rollouts of its own, filtered by the "
-            f"reward, with no teacher traces.")
+def _ei_versus_sft(best: dict, all_row: dict, gap: Noise) -> str:
+    """The handout's comparison in words: the best EI run against SFT on the full set of teacher traces."""
+    relation = "within noise of" if not gap.beyond else "above" if gap.diff > 0 else "below"
+    return (f"Against SFT: the best EI run ({best['run']}) ended at {best['eval_answer_end']:.1%}, {relation} SFT on "
+            f"all {all_row['unique_examples']} teacher traces ({all_row['eval_answer_end']:.1%}; "
+            f"{100 * gap.diff:+.1f} points, {noise_words(gap)}), learning only from {best['rollouts']} rollouts of "
+            f"its own, filtered by the reward, with no teacher traces.")
 
 
-def _ei_paragraph(ei_rows: list[dict], ei_results: dict[str, RunResult], band_for) -> str:
-    """The EI sentence per run: validation curve and gap, rollouts, optimizer steps, the rounds' own
-    reward and entropy, each gap against its noise band (`band_for(*accuracies)`)."""
+def ei_run_findings(result: RunResult, row: dict) -> dict[str, Noise]:
+    """One EI run's two gaps: `validation` (last minus first validation, on the same held-out questions) and
+    `train` (the last round's sampled reward minus the first's: fresh questions each round, so unpaired, counted
+    in questions, not rollouts -- a question's rollouts are correlated, so this is conservative)."""
+    q = result.config.questions_per_round
+    train = Noise(row["train_reward_last"] - row["train_reward_first"],
+                  unpaired_band(row["train_reward_last"], q, row["train_reward_first"], q))
+    return {"validation": versus(result, result, -1, 0), "train": train}
+
+
+def _ei_paragraph(ei_rows: list[dict], ei_results: dict[str, RunResult], found: dict[str, dict[str, Noise]]) -> str:
+    """The EI sentence per run: validation curve and gap, rollouts, optimizer steps, the rounds' own reward and
+    entropy, each gap worded with its noise (`ei_run_findings`)."""
     ei_parts = []
     for r in ei_rows:
         curve = [row["eval/answer_reward"] for row in ei_results[r["run"]].eval_rows]
-        ei_gap = r["eval_answer_end"] - r["eval_answer_start"]
         cfg = ei_results[r["run"]].config
-        n_round = cfg.rollouts_per_round
-        train_gap = r["train_reward_last"] - r["train_reward_first"]
-        # Rollouts of one question are correlated, so the band counts questions, not rollouts (conservative).
-        p_train = min(max((r["train_reward_first"] + r["train_reward_last"]) / 2, 0.01), 0.99)
-        train_band = difference_band(p_train, cfg.questions_per_round)
+        gaps = found[r["run"]]
         ei_parts.append(
             f"EI {r['run']}: {' -> '.join(f'{x:.1%}' for x in curve)} over {r['rounds']} rounds "
-            f"({100 * ei_gap:+.1f} points, {_verdict(ei_gap, band_for(r['eval_answer_start'], r['eval_answer_end']))} "
-            f"the {100 * band_for(r['eval_answer_start'], r['eval_answer_end']):.1f}-point band) with {r['rollouts']} "
+            f"({100 * gaps['validation'].diff:+.1f} points, {noise_words(gaps['validation'])}) with {r['rollouts']} "
             f"rollouts and {r['optimizer_steps']} optimizer steps; the reward of the round's own sampled rollouts "
-            f"(temperature {cfg.sampling_temperature:g}, {n_round} per round on fresh questions) went "
-            f"{r['train_reward_first']:.1%} -> {r['train_reward_last']:.1%} ({100 * train_gap:+.1f} points, "
-            f"{_verdict(train_gap, train_band)} its {100 * train_band:.1f}-point band), rollout entropy "
+            f"(temperature {cfg.sampling_temperature:g}, {cfg.rollouts_per_round} per round on fresh questions) went "
+            f"{r['train_reward_first']:.1%} -> {r['train_reward_last']:.1%} ({100 * gaps['train'].diff:+.1f} points, "
+            f"{noise_words(gaps['train'])}, counted in questions), rollout entropy "
             f"{r['entropy_first']:.3f} -> {r['entropy_last']:.3f} nats")
     return "; ".join(ei_parts) + "."
 

@@ -18,7 +18,7 @@ Variant implemented:
   the exact token ids the engine sampled (never a re-tokenization of the text), `train_batch_size`
   rollouts per step (a round's last step takes the remainder). One AdamW optimizer for the whole
   run (its moments carry over between rounds), constant learning rate, float32 master weights and
-  bf16 autocast as in the SFT runner.
+  a bf16 working copy under autocast as in the SFT runner (hw3lib.core.precision).
 - **Entropy:** the mean per-token entropy of all the round's rollouts under the sampling policy (at
   the sampling temperature, one no-grad forward pass in microbatches of `micro_train_batch_size` rows:
   at 64 rows the full profile's bf16 logits alone would take ~18.5 GiB), also over correct and
@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
+from hw3lib.core.precision import MasterWeights
 from hw3lib.maths.logprobs import autocast_for, pack_rollouts, response_log_probs
 from hw3lib.maths.sft import masked_normalize
 from hw3lib.sft.config import EIConfig
@@ -126,18 +127,23 @@ def sample_round(engine, cfg: EIConfig, train_records: Sequence[dict], reward_fn
                  time.perf_counter() - started)
 
 
-def sft_on_kept(run: TrainingRun, batch: dict, prefix: int, kept: Sequence[int], round_: int) -> list[dict]:
+def sft_on_kept(run: TrainingRun, batch: dict, prefix: int, kept: Sequence[int], round_: int,
+                working: MasterWeights | None = None) -> list[dict]:
     """`sft_epochs` passes of SFT over the kept rollouts (seeded order per epoch), in steps of
-    `train_batch_size`; the steps' statistics (none when nothing was kept)."""
+    `train_batch_size`; the steps' statistics (none when nothing was kept). `working`: the policy's
+    working copy (hw3lib.core.precision), which the microbatches run through."""
     cfg, steps = run.cfg, []
     run.policy.train()
+    if working is not None:
+        working.model.train()
     for epoch in range(cfg.sft_epochs if kept else 0):
         order = [kept[i] for i in np.random.default_rng([cfg.seed, round_, epoch]).permutation(len(kept))]
         for first in range(0, len(order), cfg.train_batch_size):
             steps.append(sft_optimizer_step(
                 run.policy, run.optimizer, run.params, batch, order[first:first + cfg.train_batch_size],
                 micro_batch_size=cfg.micro_train_batch_size, dtype=cfg.dtype,
-                max_grad_norm=cfg.max_grad_norm, learning_rate=cfg.learning_rate, shared_prefix=prefix))
+                max_grad_norm=cfg.max_grad_norm, learning_rate=cfg.learning_rate, shared_prefix=prefix,
+                working=working))
             run.weights_changed()
     return steps
 
@@ -186,6 +192,7 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
                                              base=initial_model)  # float32 masters
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
                       fresh_state={"round": 0, "step": 0, "rollouts": 0, "elapsed_s": 0.0})
+    working = MasterWeights(policy, cfg.dtype)  # the bf16 working copy the SFT microbatches run through
     engine = training_engine(cfg, policy, tokenizer, initial_model, records=[*train_records, *eval_records])
     colocated = engine_colocated(cfg)  # vLLM on the policy's device: asleep except while it generates
     sleep_for_training(engine, colocated=colocated)  # each round and validation wakes it with the weights
@@ -199,7 +206,8 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
         for round_number in range(run.version + 1, cfg.n_ei_steps + 1):
             # 1. The current weights into the engine (a colocated one wakes up for them).
             started = time.perf_counter()
-            push_weights(engine, policy_weights_for_engine(policy, cfg.dtype), colocated=colocated)
+            push_weights(engine, working.engine_weights() if working.pairs else policy_weights_for_engine(
+                policy, cfg.dtype), colocated=colocated)  # the working copy's bf16 tensors: no cast
             sync_s = time.perf_counter() - started
             # 2-3. G rollouts per question from the current policy, graded; their entropy under it.
             round_ = sample_round(engine, cfg, train_records, reward_fn, round_number)
@@ -207,12 +215,12 @@ def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = Fals
             started = time.perf_counter()
             batch, prefix = pack_rollouts(tokenizer, [p for p in round_.prompts for _ in range(cfg.group_size)],
                                           [r.token_ids for r in round_.rollouts], cfg.policy_device)
-            entropy = rollout_entropy(policy, batch, cfg.micro_train_batch_size, prefix, cfg.sampling_temperature,
+            entropy = rollout_entropy(working.model, batch, cfg.micro_train_batch_size, prefix, cfg.sampling_temperature,
                                       cfg.dtype).tolist()
             scoring_s = round_.grading_s + time.perf_counter() - started
             # 4. SFT on the kept rollouts, from the current policy.
             started = time.perf_counter()
-            steps = sft_on_kept(run, batch, prefix, round_.kept, round_number)
+            steps = sft_on_kept(run, batch, prefix, round_.kept, round_number, working)
             train_s = time.perf_counter() - started
             # 5. One row for the round.
             counters = {"round": round_number, "step": run.state["step"] + len(steps),

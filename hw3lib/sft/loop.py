@@ -23,8 +23,9 @@ epoch after epoch, a pure function of the step so a resume continues exactly), t
 `hw3lib.maths.logprobs.response_log_probs`: logits only for response positions, the shared prompt
 template run once). The summed response NLL of each trace is divided by the step's mean response
 length (a per-token scale, so the learning rate does not depend on answer length). float32
-master weights and AdamW state; with `dtype="bfloat16"` forward and backward run under bf16
-autocast (`autocast_for`), as in the GRPO loop. Learning rate: linear warm-up, then linear decay
+master weights and AdamW state; with `dtype="bfloat16"` forward and backward run through a bf16
+working copy of the weights under autocast, refreshed once per optimizer step (hw3lib.core.precision),
+as in the GRPO loop. Learning rate: linear warm-up, then linear decay
 to 10% of the peak. Gradient clipping on the global norm; a non-finite step is skipped.
 
 **Validation** (before the first step, every `eval_every` steps, after the last) runs
@@ -67,6 +68,7 @@ import torch
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
+from hw3lib.core.precision import MasterWeights
 from hw3lib.core.runs import SAMPLES_DIR
 from hw3lib.maths.logprobs import autocast_for, response_log_probs, shared_prefix_length
 from hw3lib.maths.sft import masked_normalize, tokenize_prompt_and_output
@@ -352,6 +354,7 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     policy, tokenizer = load_training_policy(policy_source(checkpoint, cfg.model), cfg, base=cfg.model)  # float32
     run = TrainingRun(cfg, run_dir, checkpoint, policy, tokenizer,
                       fresh_state={"step": 0, "skipped_steps": 0, "elapsed_s": 0.0})
+    working = MasterWeights(policy, cfg.dtype)  # the bf16 working copy the microbatches run through
     atomic_write_json(run_dir / TRACES_FILE, {**trace_info, "examples": traces[:4]})
     print(f"traces: {trace_info}", flush=True)
     engine = training_engine(cfg, policy, tokenizer, cfg.model, records=[*train_records, *eval_records])
@@ -364,6 +367,7 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
     try:
         run.catch_up(validate)
         policy.train()
+        working.model.train()
         bar = tqdm(range(run.version + 1, cfg.n_sft_steps + 1), desc="sft", unit="step", leave=False)
         for step in bar:
             started = time.perf_counter()
@@ -373,7 +377,7 @@ def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
             stats = sft_optimizer_step(policy, run.optimizer, run.params, batch, range(cfg.train_batch_size),
                                        micro_batch_size=cfg.micro_train_batch_size, dtype=cfg.dtype,
                                        max_grad_norm=cfg.max_grad_norm, learning_rate=learning_rate_at(cfg, step),
-                                       shared_prefix=prefix)
+                                       shared_prefix=prefix, working=working)
             skipped = run.state["skipped_steps"] + (not stats["updated"])
             run.log({"step": step, "examples_seen": step * cfg.train_batch_size,
                      "epoch": step * cfg.train_batch_size / len(traces), "train/loss": stats["loss"],

@@ -1,8 +1,9 @@
 """Walk the workbook in the full profile at rehearsal scale, on a CPU: what `make test` (CI) and `make rehearse` run.
 
 The full profile is what students run on their GPU, and a branch that only the full profile takes must never
-again be written without being executed. `python -m hw3lib.workbook.rehearse --course NAME [--only 01,04]`
-executes the notebooks (hw3lib.workbook.run, papermill) with
+again be written without being executed. `python -m hw3lib.workbook.rehearse --course NAME[,NAME...] [--only 01,04]`
+executes the notebooks (hw3lib.workbook.run, papermill) of each course in turn (presets of one setting share their
+runs, hw3lib.core.course.Course.runs_folder: the second MATH course reads back the runs the first one trained) with
 
 - `HW3_PROFILE=full` and `HW3_REHEARSAL=1`: the full profile's configs, engine (vLLM's CPU build), precision
   and control flow, with small random-weight stand-ins of the course's models (hw3lib.models.stand_in) and the
@@ -42,17 +43,25 @@ def rehearsal_env(folder: Path, card: str = DEFAULT_CARD) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--course", default=None, help="the course whose notebooks are walked (default: $HW3_COURSE)")
+    parser.add_argument("--course", default=None,
+                        help="the courses whose notebooks are walked, comma-separated (default: $HW3_COURSE)")
     parser.add_argument("--only", default="", help="comma-separated notebook numbers, e.g. 01,04")
     parser.add_argument("--card", default=DEFAULT_CARD, help="the simulated GPU ($HW3_SIMULATE_GPU), e.g. L4-24GB")
     args = parser.parse_args(argv)
+    from hw3lib.core.course import get_course
+    from hw3lib.workbook.run import main as run_workbook
+
+    courses = [get_course(name.strip()).name for name in (args.course or "").split(",") if name.strip()] or [None]
     with tempfile.TemporaryDirectory(prefix="hw3_rehearsal_") as folder:
         os.environ.update(rehearsal_env(Path(folder), args.card))
-        if args.course:
-            os.environ["HW3_COURSE"] = args.course
-        from hw3lib.workbook.run import main as run_workbook
-
-        return run_workbook(["--profile", "full"] + (["--only", args.only] if args.only else []))
+        for course in courses:
+            if course:
+                os.environ["HW3_COURSE"] = course
+                print(f"rehearsal of {course}", flush=True)
+            status = run_workbook(["--profile", "full"] + (["--only", args.only] if args.only else []))
+            if status:
+                return status
+    return 0
 
 
 if __name__ == "__main__":

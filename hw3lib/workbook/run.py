@@ -2,7 +2,8 @@
 
 `python -m hw3lib.workbook.run [--profile smoke|full] [--only 01,04]` executes each notebook with
 papermill (the `profile` parameter injected into the cell tagged `parameters`), writes the executed
-copies to `runs/notebooks/` (the committed notebooks are left untouched), and finally compiles
+copies to `runs/notebooks/` (`runs/<setting>/notebooks/<course>/` for another course than the default; the
+committed notebooks are left untouched), and finally compiles
 `writeup/writeup.pdf` from the figures and result files the notebooks exported and checks it
 (`hw3lib.workbook.writeup.check_writeup`): every section must be in the PDF, and on the smoke profile every
 section of the notebooks just run must show its results, not "Not run yet" (the full profile only
@@ -16,9 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from hw3lib.core.course import SECTIONS as SECTION_KEYS
 from hw3lib.core.profile import default_profile_name, rehearsal_requested
-from hw3lib.core.io import project_root, runs_dir
+from hw3lib.core.io import atomic_write_json, project_root, runs_dir
 
 
 def notebooks() -> list[Path]:
@@ -34,25 +34,28 @@ def run_notebook(path: Path, profile: str, out_dir: Path) -> Path:
     papermill.execute_notebook(
         str(path), str(out), parameters={"profile": profile}, cwd=str(path.parent),
         kernel_name="python3", progress_bar=False, log_output=False,
+        kernel_manager_class="hw3lib.workbook.kernel.IPCKernelManager",  # no TCP-encryption warning in the logs
     )
     return out
 
 
-def section_was_run(title: str) -> bool:
-    """Whether the notebooks ran the writeup section `title` (hw3lib.workbook.writeup.SECTIONS): every section
-    in smoke; in the full profile those of the course's handout, and the extras when asked for
-    (hw3lib.core.course.sections_to_run, $HW3_EXTRAS)."""
-    from hw3lib.core.course import sections_to_run
-    from hw3lib.experiments.parallel import GRID_SECTIONS
-    from hw3lib.workbook.writeup import ANSWER_KEYS
+def executed_notebooks_dir() -> Path:
+    """Where the executed copies go: runs/notebooks for the default course, else a folder of the course's own
+    inside its runs folder (presets of one setting share their runs, not their notebooks)."""
+    from hw3lib.core.course import DEFAULT_COURSE, default_course_name
 
-    to_run = sections_to_run(None, default_profile_name())
-    key = ANSWER_KEYS[title]
-    if key in GRID_SECTIONS:  # a grid: its section, or (beyond every handout) only with every section
-        return GRID_SECTIONS[key] in to_run if GRID_SECTIONS[key] is not None else to_run >= set(SECTION_KEYS)
-    if key == "sft_ei":  # notebook 05 runs SFT and expert iteration together (one reading compares them)
-        return bool({"sft", "expert_iteration"} & to_run)
-    return key in to_run
+    name = default_course_name()
+    return runs_dir() / "notebooks" if name == DEFAULT_COURSE else runs_dir() / "notebooks" / name
+
+
+def section_was_run(title: str) -> bool:
+    """Whether the notebooks ran the writeup section `title` (hw3lib.workbook.writeup.SECTIONS): those of the
+    course's handout, and the extras when asked for (hw3lib.core.course.sections_to_run: by default every
+    section in smoke, the handout's in the full profile; $HW3_EXTRAS)."""
+    from hw3lib.core.course import sections_to_run
+    from hw3lib.workbook.writeup import handout_asks
+
+    return handout_asks(title, sections_to_run(None, default_profile_name()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,10 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     profile = args.profile or default_profile_name()
     wanted = {n.strip() for n in args.only.split(",") if n.strip()}
-    out_dir = runs_dir() / "notebooks"
+    out_dir = executed_notebooks_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
 
     selected = [nb for nb in notebooks() if not wanted or nb.name[:2] in wanted]
+    seconds: dict[str, float] = {}
     print(f"hw3 workbook: profile={profile}, {len(selected)} notebooks -> {out_dir}", flush=True)
     for nb in selected:
         start = time.perf_counter()
@@ -77,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{nb.name} failed: {exc}\nThe partly executed notebook is {out_dir / nb.name}; "
                   "open it to see the failing cell.", file=sys.stderr)
             return 1
-        print(f"done in {time.perf_counter() - start:.0f} s", flush=True)
+        seconds[nb.name[:2]] = time.perf_counter() - start
+        print(f"done in {seconds[nb.name[:2]]:.0f} s", flush=True)
+    # each notebook's wall time, for `python -m hw3lib.workbook.timings --workbook` (the README's time table)
+    atomic_write_json(out_dir / "timings.json", {"profile": profile, "notebooks": seconds,
+                                                 "total_s": sum(seconds.values())})
 
     from hw3lib.workbook.writeup import WriteupCheckError, build_writeup, check_writeup, sections_of_notebooks
 

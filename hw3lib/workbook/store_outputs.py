@@ -4,8 +4,17 @@
 (`hw3lib.workbook.run`: papermill, one per notebook) and puts each code cell's outputs and execution count into
 the notebook of the same name under `notebooks/`. Papermill's injected `parameters` cell is left out; every
 other cell must have the same source in both, else that notebook is refused (it was edited after the run:
-run the workbook again). Notebooks are written through a temporary file and a rename. Nothing else changes:
-the committed notebooks keep their own cells, metadata and ids.
+run the workbook again). Notebooks are written through a temporary file and a rename. The committed notebooks
+keep their own cells and ids.
+
+`--course NAME` stores a course's run (another course than the default one) as full copies of the notebooks in
+`courses/<course>/notebooks/`, so each course's readers see their own results (`make store-outputs
+COURSE=NAME` runs that course's workbook first). `--tidy` only tidies the stored notebooks in place.
+
+What is stored is tidied for a reader (`tidy`): a progress bar (a live widget, whose saved state shows "0%" once
+the kernel is gone) becomes one line naming it; figures are stored at most `MAX_FIGURE_WIDTH` pixels wide in a
+64-colour palette (a line plot loses nothing visible, the notebook a factor of 5); per-cell timing metadata and the
+widget state are dropped, so no stored timestamp contradicts what a cell printed.
 
 Outputs that name a path outside the project (a temporary folder, a home directory) are refused too: the
 stored outputs are read by everyone, and hw3lib prints paths relative to the project (`shown_path`).
@@ -14,6 +23,8 @@ stored outputs are read by everyone, and hw3lib prints paths relative to the pro
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import re
 import sys
@@ -49,36 +60,125 @@ def merged(committed: dict, executed: dict, name: str) -> dict:
     return committed
 
 
-def store(executed_dir: Path, notebooks_dir: Path) -> list[Path]:
-    """Store every executed notebook's outputs; returns the notebooks written. Checks all before writing any."""
+WIDGET = "application/vnd.jupyter.widget-view+json"
+MAX_FIGURE_WIDTH = 900
+FIGURE_COLOURS = 64
+RUN_METADATA = ("execution", "papermill")  # per-cell timings of one run
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else "".join(value)
+
+
+def widget_line(output: dict) -> dict:
+    """A progress-bar widget as one stdout line naming it (its text form is the bar at 0%, drawn at its start)."""
+    description = _text(output["data"].get("text/plain", "")).split(":", 1)[0].strip().strip("'\"") or "progress"
+    return {"output_type": "stream", "name": "stdout", "text": f"{description}: a progress bar, shown while it runs\n"}
+
+
+def smaller_png(encoded) -> str:
+    """A base64 PNG at most `MAX_FIGURE_WIDTH` wide in a `FIGURE_COLOURS` palette (the original if that is not
+    smaller)."""
+    from PIL import Image
+
+    raw = base64.b64decode(_text(encoded))
+    image = Image.open(io.BytesIO(raw)).convert("RGB")
+    if image.width > MAX_FIGURE_WIDTH:
+        height = round(image.height * MAX_FIGURE_WIDTH / image.width)
+        image = image.resize((MAX_FIGURE_WIDTH, height), Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    image.quantize(colors=FIGURE_COLOURS, method=Image.Quantize.MEDIANCUT).save(buffer, format="PNG", optimize=True)
+    return base64.b64encode(buffer.getvalue()).decode() if len(buffer.getvalue()) < len(raw) else _text(encoded)
+
+
+def tidy(notebook: dict) -> dict:
+    """`notebook` as stored for readers: progress widgets as lines, figures smaller, one run's timings dropped."""
+    notebook["metadata"].pop("widgets", None)
+    notebook["metadata"].pop("papermill", None)
+    for cell in notebook["cells"]:
+        for key in RUN_METADATA:
+            cell.get("metadata", {}).pop(key, None)
+        outputs = []
+        for output in cell.get("outputs", []):
+            if WIDGET in output.get("data", {}):
+                output = widget_line(output)
+            elif "image/png" in output.get("data", {}):
+                output["data"]["image/png"] = smaller_png(output["data"]["image/png"])
+                output.get("metadata", {}).pop("image/png", None)  # its size hint was the old size
+            outputs.append(output)
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    return notebook
+
+
+def _write(path: Path, notebook: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".ipynb.tmp")
+    tmp.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def tidy_in_place(notebooks_dir: Path) -> list[Path]:
+    """Tidy every stored notebook in `notebooks_dir` (what `--tidy` does)."""
+    written = []
+    for path in sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb")):
+        _write(path, tidy(json.loads(path.read_text())))
+        written.append(path)
+    return written
+
+
+def store(executed_dir: Path, notebooks_dir: Path, template_dir: Path | None = None) -> list[Path]:
+    """Store every executed notebook's outputs, tidied, into its namesake in `notebooks_dir` (or, where that does
+    not exist yet, into a copy of its namesake in `template_dir`: a course's own folder); returns the notebooks
+    written. Checks all before writing any."""
     pairs = [(path, notebooks_dir / path.name) for path in sorted(executed_dir.glob("[0-9][0-9]_*.ipynb"))]
     if not pairs:
         raise ValueError(f"{executed_dir}: no executed notebooks: run `make workbook` first")
     results = []
     for executed, committed in pairs:
-        if not committed.exists():
+        source = committed if committed.exists() else (template_dir / committed.name if template_dir else committed)
+        if not source.exists():
             raise ValueError(f"{executed}: there is no {committed} to store its outputs in")
-        results.append((committed, merged(json.loads(committed.read_text()), json.loads(executed.read_text()),
-                                          committed.name)))
+        results.append((committed, tidy(merged(json.loads(source.read_text()), json.loads(executed.read_text()),
+                                               committed.name))))
     for committed, notebook in results:
-        tmp = committed.with_suffix(".ipynb.tmp")
-        tmp.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
-        tmp.replace(committed)
+        _write(committed, notebook)
     return [committed for committed, _ in results]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("executed", nargs="?", type=Path, default=None, help="folder of executed notebooks "
-                        "(default: runs/notebooks)")
-    parser.add_argument("--notebooks", type=Path, default=None, help="the committed notebooks (default: notebooks/)")
+                        "(default: the course's, runs/notebooks for the default course)")
+    parser.add_argument("--notebooks", type=Path, default=None,
+                        help="where to store them (default: notebooks/, or courses/<course>/notebooks/)")
+    parser.add_argument("--course", default=None, help="the course whose run is stored (default: $HW3_COURSE)")
+    parser.add_argument("--tidy", action="store_true", help="only tidy the stored notebooks in place")
     args = parser.parse_args(argv)
+    from hw3lib.core.course import DEFAULT_COURSE, get_course
+
     try:
-        written = store(args.executed or runs_dir() / "notebooks", args.notebooks or project_root() / "notebooks")
+        course = get_course(args.course).name
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.course:
+        import os
+
+        os.environ["HW3_COURSE"] = course  # the course's runs folder (hw3lib.core.io.runs_dir)
+    own = project_root() / "notebooks" if course == DEFAULT_COURSE else project_root() / "courses" / course / "notebooks"
+    target = args.notebooks or own
+    if args.tidy:
+        written = tidy_in_place(target)
+        print("tidied " + (", ".join(path.name for path in written) or f"nothing: no notebooks in {target}"))
+        return 0
+    from hw3lib.workbook.run import executed_notebooks_dir
+
+    try:
+        written = store(args.executed or executed_notebooks_dir(), target, project_root() / "notebooks")
     except ValueError as exc:
         print(f"store_outputs: {exc}", file=sys.stderr)
         return 1
-    print("stored the outputs of " + ", ".join(path.name for path in written))
+    print(f"stored the outputs of {', '.join(path.name for path in written)} in {target}")
     return 0
 
 

@@ -205,8 +205,32 @@ def check_writeup(pdf: str | Path, required_sections: Iterable[str] = tuple(t fo
     return {"sections": ran, "missing": missing, "not_run": not_run, "incomplete": incomplete}
 
 
+def handout_asks(title: str, sections) -> bool:
+    """Whether the writeup section `title` (`SECTIONS`) is among the workbook `sections` (keys of
+    hw3lib.core.course.SECTIONS, e.g. a course's handout sections or `sections_to_run`'s answer)."""
+    from hw3lib.core.course import SECTIONS as SECTION_KEYS
+    from hw3lib.experiments.parallel import GRID_SECTIONS as GRID_SECTION_KEYS
+
+    key, sections = ANSWER_KEYS[title], set(sections)
+    if key in GRID_SECTION_KEYS:  # a grid: its section, or (beyond every handout) only with every section
+        return GRID_SECTION_KEYS[key] in sections if GRID_SECTION_KEYS[key] is not None else sections >= set(SECTION_KEYS)
+    if key == "sft_ei":  # notebook 05 runs SFT and expert iteration together (one reading compares them)
+        return bool({"sft", "expert_iteration"} & sections)
+    return key in sections
+
+
+def course_summary(course=None) -> dict:
+    """The course preset the writeup is for, and which of its sections (answer keys) are extras: beyond what the
+    course's handout asks (the PDF marks them)."""
+    from hw3lib.core.course import get_course
+
+    crs = get_course(course)
+    return {"name": crs.name, "handout": crs.handout, "title": crs.title,
+            "extras": [ANSWER_KEYS[title] for title, _ in SECTIONS if not handout_asks(title, crs.sections)]}
+
+
 def collect_results(figures: Path | None = None) -> dict:
-    """Every figures/<stem>.json as results[stem], plus which figure images exist."""
+    """Every figures/<stem>.json as results[stem], plus which figure images exist and the course (`course_summary`)."""
     figures = figures or figures_dir()
     results: dict = {}
     for path in sorted(figures.glob("*.json")):
@@ -218,6 +242,7 @@ def collect_results(figures: Path | None = None) -> dict:
         "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _git_commit(),
         "figures": sorted(p.name for p in figures.glob("*.png")),
+        "course": course_summary(),
         "results": results,
     }
 

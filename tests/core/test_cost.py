@@ -155,15 +155,32 @@ def test_the_full_profiles_training_defaults_fit_one_gpu(course):
     assert at_085.fits == (course == "gsm8k-qwen3")
 
 
-def test_the_readme_shows_the_current_tables():
+def test_the_readme_and_the_gpu_page_show_the_current_tables():
     bench = load_bench("cost_model")
-    readme = (ROOT / "README.md").read_text()
+    readme, gpu_page = (ROOT / "README.md").read_text(), (ROOT / "docs" / "gpu.md").read_text()
     expected = bench.tables(bench.cpu_rows(json.loads((RESULTS / "rehearse.json").read_text())))
-    assert bench.BEGIN + "\n" + expected + "\n" + bench.END in readme, \
-        "README's cost tables are stale: run `python bench/cost_model.py --write-readme`"
+    assert bench.BEGIN + "\n" + expected + "\n" + bench.END in gpu_page, \
+        "docs/gpu.md's cost tables are stale: run `python bench/cost_model.py --write-readme`"
     # "What fits your card": the fit table and the 24 GB recipes, as hw3lib.core.preflight computes them
     assert bench.FIT_BEGIN + "\n" + bench.fit_text() + "\n" + bench.FIT_END in readme, \
         "README's fit table is stale: run `python bench/cost_model.py --write-readme`"
+    # what each notebook costs each course: the totals the notebooks themselves print (hw3lib.experiments.plan)
+    assert bench.SUMMARY_BEGIN + "\n" + bench.summary_table() + "\n" + bench.SUMMARY_END in readme, \
+        "README's notebook costs are stale: run `python bench/cost_model.py --write-readme`"
+
+
+def test_the_notebook_cost_summary_is_the_plans_totals():
+    from hw3lib.core.course import COURSE_NAMES
+    from hw3lib.core.preflight import nominal_device
+    from hw3lib.experiments.plan import notebook_plan
+
+    bench = load_bench("cost_model")
+    rows = {line.split(" | ")[0].strip("| `"): line for line in bench.summary_table().splitlines()[2:]}
+    assert list(rows) == list(COURSE_NAMES)
+    plan = notebook_plan("05", "full", "cs336-a5", extras=False, device=nominal_device("H100-80GB"))
+    cells = rows["cs336-a5"].split(" | ")
+    assert cells[4].startswith(f"{plan.total[0]:.1f} / ")  # notebook 05's column
+    assert cells[2].startswith("- [+")  # Best-of-N is an extra for CS336: nothing, plus its cost as an extra
 
 
 # ---- hw3lib.core.memory: LoRA, gradient checkpointing, float32, engines, phases -------------------------------

@@ -9,14 +9,50 @@ from hw3lib.grpo.config import GRPOConfig
 from hw3lib.sft.config import EIConfig, SFTConfig
 
 
-def test_default_environment_and_errors(monkeypatch):
+def test_default_environment_aliases_and_errors(monkeypatch):
     monkeypatch.delenv("HW3_COURSE", raising=False)
-    assert get_course().name == "gsm8k-qwen3"
+    assert get_course().name == "nlpdl-hw3"
+    monkeypatch.setenv("HW3_COURSE", "cse599o-a3")
+    assert get_course().name == "cse599o-a3" and get_course("cs336-a5").dataset == "math"
+    # the old names (data and model) stay as aliases of a preset
+    assert get_course("gsm8k-qwen3") is get_course("nlpdl-hw3") and get_course("math-qwen2.5") is get_course("cs336-a5")
     monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
-    assert get_course().name == "math-qwen2.5" and get_course("gsm8k-qwen3").dataset == "gsm8k"
-    with pytest.raises(ValueError, match="unknown course 'cs336'.*gsm8k-qwen3, math-qwen2.5.*HW3_COURSE"):
+    assert get_course().name == "cs336-a5"
+    with pytest.raises(ValueError, match="unknown course 'cs336'.*nlpdl-hw3, cse599o-a3, cs336-a5, cs336-a5-2026"
+                                         ".*gsm8k-qwen3 = nlpdl-hw3.*HW3_COURSE"):
         get_course("cs336")
-    assert COURSE_NAMES == ("gsm8k-qwen3", "math-qwen2.5")
+    assert COURSE_NAMES == ("nlpdl-hw3", "cse599o-a3", "cs336-a5", "cs336-a5-2026")
+
+
+def test_each_preset_asks_its_own_handouts_sections():
+    """Issue 43: the two MATH courses no longer share one section list (the union of both handouts)."""
+    cse, cs336, cs336_2026 = get_course("cse599o-a3"), get_course("cs336-a5"), get_course("cs336-a5-2026")
+    assert {"async_grpo", "kl_drift", "keyword"} <= set(cse.sections)
+    assert not {"sft", "expert_iteration", "leaderboard"} & set(cse.sections)
+    assert {"sft", "expert_iteration", "leaderboard"} <= set(cs336.sections)
+    assert not {"async_grpo", "kl_drift", "keyword"} & set(cs336.sections)
+    assert (cse.dataset, cs336.dataset, cs336_2026.dataset) == ("math", "math", "gsm8k")
+    # every section is some handout's, apart from none: the union of the presets covers the workbook
+    assert set().union(*(get_course(name).sections for name in COURSE_NAMES)) == set(SECTIONS)
+    assert cs336_2026.adapters == "hw3lib.adapters_cs336_2026" and get_course("nlpdl-hw3").adapters == "hw3lib.adapters"
+
+
+def test_cs336_2026_trains_olmo_in_full_its_stand_in_in_the_rehearsal_and_the_tiny_model_in_smoke(monkeypatch):
+    from hw3lib.core.profile import get_profile
+
+    for variable in ("HW3_MODEL", "HW3_REHEARSAL"):
+        monkeypatch.delenv(variable, raising=False)
+    crs = get_course("cs336-a5-2026")
+    assert crs.model_for(get_profile("full")) == "allenai/OLMo-2-0425-1B"
+    assert crs.model_for(get_profile("smoke")) == get_profile("smoke").model
+    cfg = GRPOConfig.for_profile("full", course="cs336-a5-2026")
+    assert (cfg.model, cfg.dataset) == ("allenai/OLMo-2-0425-1B", "gsm8k")
+    assert GRPOConfig.for_profile("smoke", course="cs336-a5-2026").model == GRPOConfig.for_profile("smoke").model
+    monkeypatch.setenv("HW3_MODEL", "my/olmo")  # the user's own model still wins
+    assert crs.model_for(get_profile("full")) == "my/olmo"
+    monkeypatch.delenv("HW3_MODEL")
+    monkeypatch.setenv("HW3_REHEARSAL", "1")
+    assert crs.model_for(get_profile("full")) == "stand-in:allenai/OLMo-2-0425-1B"
 
 
 @pytest.mark.parametrize("cls", [GRPOConfig, SFTConfig, EIConfig])
@@ -98,14 +134,14 @@ def test_the_broad_off_policy_sweep_is_under_50_steps():
 
 
 def test_sections_and_their_table():
-    gsm8k, math = get_course("gsm8k-qwen3"), get_course("math-qwen2.5")
+    gsm8k, math = get_course("gsm8k-qwen3"), get_course("cs336-a5")
     assert gsm8k.covers("best_of_n") and gsm8k.covers("kissing") and not gsm8k.covers("expert_iteration")
-    assert math.covers("expert_iteration") and math.covers("keyword") and not math.covers("best_of_n")
+    assert math.covers("expert_iteration") and not math.covers("keyword") and not math.covers("best_of_n")
     with pytest.raises(ValueError, match="unknown section"):
         gsm8k.covers("dpo")
     table = section_table(math)
     assert table.count("\n") == len(SECTIONS) + 1 and "| 05 expert iteration | yes |" in table
-    assert "| 02 Best-of-N | extra |" in table
+    assert "| 02 Best-of-N | extra |" in table and "in the CS336 A5 (2025) handout" in table
 
 
 def test_course_questions_per_course_and_profile(tmp_path, monkeypatch, shared_data_dir):
@@ -137,8 +173,17 @@ def test_each_course_has_its_own_runs_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.delenv("HW3_COURSE", raising=False)
     assert runs_dir() == tmp_path / "runs"  # the default course keeps the folder the workbook always used
-    monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
+    monkeypatch.setenv("HW3_COURSE", "cse599o-a3")
     assert runs_dir() == tmp_path / "runs" / "math-qwen2.5" and runs_dir().is_dir()
+    monkeypatch.setenv("HW3_COURSE", "cs336-a5")  # the other MATH course trains the same runs: it shares them
+    assert runs_dir() == tmp_path / "runs" / "math-qwen2.5"
+    monkeypatch.setenv("HW3_COURSE", "gsm8k-qwen3")  # an alias of the default preset: the default folder
+    assert runs_dir() == tmp_path / "runs"
+    monkeypatch.setenv("HW3_COURSE", "cs336-a5-2026")  # OLMo in the full profile; smoke's tiny model as NLPDL's
+    monkeypatch.setenv("HW3_PROFILE", "full")
+    assert runs_dir() == tmp_path / "runs" / "gsm8k-olmo"
+    monkeypatch.setenv("HW3_PROFILE", "smoke")
+    assert runs_dir() == tmp_path / "runs"
 
 
 def test_sections_to_run_the_handouts_in_full_and_everything_in_smoke(monkeypatch):

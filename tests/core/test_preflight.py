@@ -265,9 +265,9 @@ def test_fit_table_by_hand_and_its_changes_fit():
     assert all(row["fits"] for row in rows if row["card_gib"] == 79.2)  # an 80 GB card runs every default
     cell = {(row["course"], row["kind"], row["card_gib"]): row for row in rows}
     # gsm8k GRPO on 80 GB: the generation phase, 12 x P + 2 GiB + 0.5 x 79.2 GiB = 48.3 GiB
-    assert cell["gsm8k-qwen3", "grpo", 79.2]["peak_gib"] == round((12 * P3 + 2 * GiB + int(0.5 * int(79.2 * GiB)))
+    assert cell["nlpdl-hw3", "grpo", 79.2]["peak_gib"] == round((12 * P3 + 2 * GiB + int(0.5 * int(79.2 * GiB)))
                                                                   / GiB, 1) == 48.3
-    assert cell["math-qwen2.5", "grpo", 22.5]["change"] == "lora_rank=16, gradient_checkpointing=True"
+    assert cell["cs336-a5", "grpo", 22.5]["change"] == "lora_rank=16, gradient_checkpointing=True"
     for row in rows:
         if row["fits"] or row["change"] == "does not fit":
             continue

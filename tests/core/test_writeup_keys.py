@@ -106,11 +106,11 @@ def test_settings_state_course_profile_model_data_and_sampling(monkeypatch):
 
     monkeypatch.delenv("HW3_COURSE", raising=False)
     s = settings_of("full", "Qwen/Qwen3-0.6B", "gsm8k", 1024, 1.0, 1.0, 1024)
-    assert s["text"] == ("course GSM8K with Qwen3-0.6B (`gsm8k-qwen3`), profile `full`, model `Qwen/Qwen3-0.6B`, "
+    assert s["text"] == ("course GSM8K with Qwen3-0.6B (`nlpdl-hw3`), profile `full`, model `Qwen/Qwen3-0.6B`, "
                          "data `gsm8k` (1024 examples), sampling temperature 1, top-p 1, at most 1024 tokens")
     monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
     greedy = settings_of("smoke", "tiny", "math-synthetic", 64, 0.0, 1.0, 96)
-    assert greedy["course"] == "math-qwen2.5" and "sampling greedy (temperature 0), at most 96 tokens" in greedy["text"]
+    assert greedy["course"] == "cs336-a5" and "sampling greedy (temperature 0), at most 96 tokens" in greedy["text"]
     cfg = GRPOConfig.for_profile("smoke")
     from_cfg = config_settings(cfg)
     assert (from_cfg["n_examples"], from_cfg["temperature"], from_cfg["max_tokens"]) == (

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hw3lib.experiments.grids import (GRIDS, DivergenceCheck, Grid, GridResult, binomial_band, build_grid, choices_from,
-                                common_base, compare, config_key, difference_band, grid_run_name, noise_reading,
-                                run_grid, seed_band)
+from hw3lib.core.stats import unpaired_band
+from hw3lib.experiments.compare import compare, pick_winner
+from hw3lib.experiments.grids import (GRIDS, DivergenceCheck, Grid, GridResult, build_grid, choices_from, common_base,
+                                      config_key, grid_run_name, run_grid, smoke_note)
+from hw3lib.experiments.render import noise_reading
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.grpo.config import GRPOConfig
 
@@ -61,7 +63,7 @@ def test_each_config_differs_from_its_base_in_exactly_the_named_settings(profile
         assert len(grid.configs) >= (5 if name == "learning_rate" else 1)
         for label, cfg in grid.configs.items():
             # grids derived from earlier grids' winners add a hash of the change (test_derived_run_names_...)
-            pattern = f"{name}/{label}-[0-9a-f]{{8}}" if GRIDS[name][3] else f"{name}/{label}"
+            pattern = f"{name}/{label}-[0-9a-f]{{8}}" if GRIDS[name].needs else f"{name}/{label}"
             assert re.fullmatch(pattern, cfg.name) and cfg.name == grid_run_name(name, label, grid.changes[label])
             changed = differing(cfg, grid.base)
             assert changed == set(grid.changes[label]), (name, label)
@@ -158,16 +160,12 @@ def test_baselines_run_on_policy_as_the_handout_does(profile):
 
 # ---- noise, by hand ----------------------------------------------------------------------------------
 
-def test_noise_bands_by_hand():
-    # 49 of 98 right: (49 + 1) / (98 + 2) = 0.5; 2 * sqrt(0.25 / 100) = 0.1.
-    assert binomial_band(49 / 98, 98) == pytest.approx(0.1)
-    # 0 of 8: (0 + 1) / 10 = 0.1; 2 * sqrt(0.09 / 10) = 0.18974 (a band even at 0%).
-    assert binomial_band(0.0, 8) == pytest.approx(2 * math.sqrt(0.009))
-    # Two runs at 49/98: 2 * sqrt(0.0025 + 0.0025) = 0.141421.
-    assert difference_band(49 / 98, 98, 49 / 98, 98) == pytest.approx(0.1414214, rel=1e-6)
-    # Seeds 0.4, 0.6 (variance 0.02) vs 0.5, 0.5 (0): 2 * sqrt(0.02 / 2) = 0.2; one seed each: no band.
-    assert seed_band([0.4, 0.6], [0.5, 0.5]) == pytest.approx(0.2)
-    assert seed_band([0.4], [0.5]) is None
+def test_grid_specs_name_what_each_grid_needs_and_how_smoke_differs():
+    assert GRIDS["leaderboard"].needs[-1] == "clip_ablation" and GRIDS["clip_ablation"].needs == ("off_policy_focused",)
+    assert [name for name, spec in GRIDS.items() if spec.loss_only] == ["baselines", "clip_ablation"]
+    assert "on-policy with `reinforce_with_baseline`" in smoke_note("learning_rate", "smoke")
+    assert smoke_note("learning_rate", "full") == "" and smoke_note("prompt", "smoke") == ""
+    assert "re-read the broad ones" in smoke_note("off_policy_focused", "smoke")
 
 
 def _fake_run(cfg: GRPOConfig, start: float, end: float, n: int = 98) -> RunResult:
@@ -202,17 +200,77 @@ def test_compare_and_reading_say_which_differences_exceed_noise():
     values["lr_6e-05"] = (30 / 98, 54 / 98)  # +5.1 points
     values["lr_0.02"] = (30 / 98, 0.0)
     rows = {row["label"]: row for row in compare(_fake_result(grid, values, {"lr_0.02": (3, "train/loss = nan")}))}
-    # 69/98: (69 + 1) / 100 = 0.7, variance 0.21 / 100; reference 0.25 / 100: 2 * sqrt(0.0046) = 0.135647.
+    # The fake runs saved no rollouts: unpaired (Agresti-Caffo). 69/98: (69 + 1) / 100 = 0.7, variance 0.21 / 100;
+    # reference 0.25 / 100: 2 * sqrt(0.0046) = 0.135647. No seed band measured: the question band alone.
     assert rows["lr_0.0006"]["band"] == pytest.approx(0.135647, rel=1e-5)
+    assert rows["lr_0.0006"]["noise"] == {"diff": pytest.approx(20 / 98), "band": pytest.approx(0.135647, rel=1e-5),
+                                          "paired": False, "seed_band": None, "p_value": None,
+                                          "verdict": "beyond noise"}
     assert rows["lr_0.0006"]["diff"] == pytest.approx(20 / 98) and rows["lr_0.0006"]["beyond_noise"]
+    assert rows["lr_0.0006"]["seed_source"] is None
     # 54/98: 0.55, variance 0.2475 / 100: 2 * sqrt(0.004975) = 0.141067 > 5/98 = 0.051: within noise.
     assert rows["lr_6e-05"]["band"] == pytest.approx(0.141067, rel=1e-5) and not rows["lr_6e-05"]["beyond_noise"]
-    assert not rows[ref]["beyond_noise"] and rows["lr_0.02"]["status"] == "diverged"
-    reading = noise_reading(_fake_result(grid, values, {"lr_0.02": (3, "train/loss = nan")}))
+    assert not rows[ref]["beyond_noise"] and rows[ref]["noise"] is None and rows["lr_0.02"]["status"] == "diverged"
+    reading = noise_reading(list(rows.values()), ref, note="a note")
     assert f"`{ref}` went from 30.6% to 50.0% (+19.4 points: learned by the 10-point bar)" in reading
-    assert "`lr_0.0006` ends at 70.4%, +20.4 points vs `lr_0.0002`: beyond the noise band of ±13.6 points" in reading
-    assert "`lr_6e-05` ends at 55.1%, +5.1 points vs `lr_0.0002`: within the noise band of ±14.1 points" in reading
+    assert ("`lr_0.0006` ends at 70.4%, +20.4 points vs `lr_0.0002`: beyond noise, band ±13.6 points (unpaired "
+            "binomial, 98 questions; one seed per config and no seed band measured, so run-to-run variation is not "
+            "counted).") in reading
+    assert "`lr_6e-05` ends at 55.1%, +5.1 points vs `lr_0.0002`: within noise, band ±14.1 points" in reading
     assert "`lr_0.02` diverged at GRPO step 3 (train/loss = nan)" in reading
+    assert reading.endswith("- Smoke setting: a note.")
+
+
+def test_compare_pairs_runs_that_saved_every_question(tmp_path):
+    grid = build_grid("std_normalization", "smoke")
+
+    def saved(label: str, outcomes: list[int], questions: str = "q") -> RunResult:
+        folder = tmp_path / label / "samples"
+        folder.mkdir(parents=True)
+        rows = [{"question": f"{questions}{i}", "answer_reward": float(a)} for i, a in enumerate(outcomes)]
+        (folder / "step_0002.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        run = _fake_run(grid.configs[label if label in grid.configs else "std_off"], 0.3, sum(outcomes) / 4, n=4)
+        return RunResult(tmp_path / label, run.config, run.metrics, 2, 2, 0, 9.0, None)
+
+    result = _fake_result(grid, {"std_on": (0.3, 0.25), "std_off": (0.3, 1.0)})
+    result.results.update(std_on=saved("std_on", [1, 0, 0, 0]), std_off=saved("std_off", [1, 1, 1, 1]))
+    row = compare(result)[1]
+    # 3 questions only std_off got right, none the other way: diff 0.75, var(d) = 3/4 - 9/16 = 3/16,
+    # band 2 sqrt(3/64) = 0.4330; McNemar 2 x (1/2)^3 = 0.25.
+    assert row["noise"]["paired"] and row["noise"]["band"] == pytest.approx(0.43301, abs=1e-5)
+    assert row["noise"]["p_value"] == pytest.approx(0.25) and row["beyond_noise"]
+    result.results["std_off"] = saved("other", [1, 1, 1, 1], questions="x")  # other questions: unpaired
+    assert not compare(result)[1]["noise"]["paired"]
+
+
+def test_the_base_seed_band_turns_a_one_seed_difference_within_noise(monkeypatch):
+    from hw3lib.core.io import atomic_write_json, runs_dir
+    from hw3lib.experiments.seeds import SEED_BAND_FILE
+
+    grid = build_grid("std_normalization", "smoke")
+    values = {"std_on": (0.3, 49 / 98), "std_off": (0.3, 69 / 98)}  # +20.4 points: beyond the 13.6-point band
+    assert compare(_fake_result(grid, values))[1]["beyond_noise"]
+    # The base's replicas ended at 0.352, 0.457, 0.40: sd 0.05256, band 2 x 0.05256 x sqrt 2 = 0.1487 < 0.204 still.
+    stored = {"profile": "smoke", "values": [0.352, 0.457, 0.40], "mean": 0.403, "sd": 0.05256, "band": 0.1487}
+    atomic_write_json(runs_dir() / "seed_replicas" / SEED_BAND_FILE, stored)
+    row = compare(_fake_result(grid, values))[1]
+    assert (row["seed_source"], row["noise"]["seed_band"], row["beyond_noise"]) == ("base replicas", 0.1487, True)
+    atomic_write_json(runs_dir() / "seed_replicas" / SEED_BAND_FILE, {**stored, "sd": 0.1, "band": 0.2828})
+    row = compare(_fake_result(grid, values))[1]  # a wider seed band: the same difference is within noise
+    assert not row["beyond_noise"] and row["band"] == 0.2828 and row["noise"]["verdict"] == "within noise"
+    atomic_write_json(runs_dir() / "seed_replicas" / SEED_BAND_FILE, {**stored, "profile": "full"})
+    assert compare(_fake_result(grid, values))[1]["seed_source"] is None  # another profile's band is not used
+
+
+def test_pick_winner_needs_a_finished_run_beyond_noise_above_the_reference():
+    rows = [{"label": "ref", "status": "finished", "end": 0.5, "diff": 0.0, "beyond_noise": False},
+            {"label": "best", "status": "diverged", "end": 0.9, "diff": 0.4, "beyond_noise": True},
+            {"label": "good", "status": "finished", "end": 0.7, "diff": 0.2, "beyond_noise": True},
+            {"label": "close", "status": "finished", "end": 0.55, "diff": 0.05, "beyond_noise": False}]
+    pick = pick_winner(rows, "ref")
+    assert pick.winner["label"] == "good" and not pick.reference_won and pick.best_other["label"] == "good"
+    assert [r["label"] for r in pick.ranked] == ["good", "close", "ref"]
+    assert pick_winner([rows[0], rows[3]], "ref").reference_won
 
 
 def test_choices_from_the_broad_sweep_skip_diverged_runs_and_the_on_policy_reference():

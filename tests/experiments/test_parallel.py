@@ -22,7 +22,7 @@ def test_order_starts_every_grid_after_its_prerequisites():
 
     assert sorted(ORDER) == sorted(GRIDS)
     for i, name in enumerate(ORDER):
-        assert set(GRIDS[name][3]) <= set(ORDER[:i]), name
+        assert set(GRIDS[name].needs) <= set(ORDER[:i]), name
 
 
 def test_prompt_grid_starts_both_prompts_from_the_same_neutral_weights(monkeypatch):
@@ -207,6 +207,7 @@ def test_grids_to_run_follow_the_sections():
     gsm8k = grids_to_run(get_course("gsm8k-qwen3").sections)
     assert "leaderboard" not in gsm8k and "kl_drift" not in gsm8k and "algorithms" not in gsm8k
     assert {"learning_rate", "baselines", "clip_ablation", "prompt", "sync_strategy"} <= set(gsm8k)
-    math = grids_to_run(get_course("math-qwen2.5").sections)
-    assert set(math) == set(ORDER) - {"algorithms"} and list(math) == [n for n in ORDER if n in math]
+    cse, cs336 = grids_to_run(get_course("cse599o-a3").sections), grids_to_run(get_course("cs336-a5").sections)
+    assert set(cse) == set(ORDER) - {"algorithms", "leaderboard"} and list(cse) == [n for n in ORDER if n in cse]
+    assert set(cs336) == set(ORDER) - {"algorithms", "kl_drift"}
     assert grids_to_run(SECTIONS) == ORDER  # extras: every grid, the one beyond the handouts too

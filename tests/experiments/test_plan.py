@@ -44,7 +44,11 @@ def test_the_gsm8k_courses_notebook_05_plans_only_its_handouts_grids():
     expected = sum(cost.run_gpu_hours(c, shape, PROMPT_TOKENS, c.sampling_max_tokens)
                    for c in grid_configs("learning_rate", get_course("gsm8k-qwen3")))
     assert grids["learning_rate"][0] == pytest.approx(expected) and grids["learning_rate"][1] < expected
-    assert plan.total[0] == pytest.approx(sum(hours[0] for hours in grids.values()))
+    # the grids, and the base recipe's two more seeds for the seed band (hw3lib.experiments.seeds): two base runs
+    seeds = next(item for item in plan.items if item.what.startswith("seed band"))
+    assert seeds.what == "seed band: the base recipe with 3 seeds, 2 more run(s) x 200 steps"
+    assert seeds.hours[0] == pytest.approx(2 * grids["learning_rate"][0] / 5)  # 5 runs of the base's length there
+    assert plan.total[0] == pytest.approx(sum(hours[0] for hours in grids.values()) + seeds.hours[0])
     text = plan.text()
     assert "estimated on an H100" in text and "total" in text and f"{plan.total[0]:.1f} / " in text
     assert "`leaderboard` grid" in text and "`algorithms` grid" in text and "extras = True" in text
@@ -55,11 +59,14 @@ def test_the_gsm8k_courses_notebook_05_plans_only_its_handouts_grids():
     assert grid_rows(everything)["leaderboard"] == pytest.approx(grid_rows(everything)["off_policy_focused"])
 
 
-def test_the_math_courses_notebook_05_runs_its_leaderboard_sft_and_expert_iteration():
-    plan = notebook_plan("05", "full", "math-qwen2.5")
-    assert {"leaderboard", "kl_drift"} <= set(grid_rows(plan)) and "algorithms" not in grid_rows(plan)
-    assert {item.section for item in plan.items} >= {"sft", "expert_iteration", "leaderboard"}
-    assert plan.skipped == ("the `algorithms` grid (beyond the handouts)",)
+def test_each_math_courses_notebook_05_runs_its_own_handouts_grids():
+    cs336 = notebook_plan("05", "full", "cs336-a5")
+    assert "leaderboard" in grid_rows(cs336) and not {"kl_drift", "algorithms"} & set(grid_rows(cs336))
+    assert {item.section for item in cs336.items} >= {"sft", "expert_iteration", "leaderboard"}
+    assert cs336.skipped == ("the `kl_drift` grid (KL to the initial policy)", "the `algorithms` grid (beyond the handouts)")
+    cse = notebook_plan("05", "full", "cse599o-a3")
+    assert "kl_drift" in grid_rows(cse) and not {"leaderboard", "algorithms"} & set(grid_rows(cse))
+    assert not {"sft", "expert_iteration"} & {item.section for item in cse.items}
 
 
 def test_the_other_notebooks_plans():
@@ -71,9 +78,10 @@ def test_the_other_notebooks_plans():
     assert skipped.items == () and skipped.total == (0, 0) and "Best-of-N" in skipped.skipped[0]
     gsm8k = notebook_plan("04", "full", "gsm8k-qwen3")
     assert [item.section for item in gsm8k.items] == ["grpo_loop"] and len(gsm8k.skipped) == 2
-    math = notebook_plan("04", "full", "math-qwen2.5")
+    math = notebook_plan("04", "full", "cse599o-a3")
     assert [item.section for item in math.items] == ["grpo_loop", "keyword", "async_grpo"]
     assert math.items[1].hours is None and "minutes" in math.text()
+    assert [item.section for item in notebook_plan("04", "full", "cs336-a5").items] == ["grpo_loop"]
     with pytest.raises(ValueError, match="no plan for notebook '03'"):
         notebook_plan("03", "full", "gsm8k-qwen3")
 
@@ -115,7 +123,7 @@ def test_the_estimates_use_the_detected_card_when_the_device_check_exists(monkey
 
 def test_skip_notes_and_the_profile_line():
     note = skipped_note("keyword", "gsm8k-qwen3")
-    assert "keyword inclusion" in note and "GSM8K" in note and "extras = True" in note and "HW3_EXTRAS=1" in note
+    assert "keyword inclusion" in note and "NLPDL HW3 handout" in note and "extras = True" in note and "HW3_EXTRAS=1" in note
     assert "`algorithms` grid" in skipped_note(None, get_course("math-qwen2.5"))
     prof = types.SimpleNamespace(name="full", reason="a CUDA GPU is visible (NVIDIA H100, capability 9.0)")
     assert profile_line(prof) == "profile full: a CUDA GPU is visible (NVIDIA H100, capability 9.0)"
@@ -126,7 +134,7 @@ def test_a_skipped_grid_shows_one_line_instead_of_failing(capsys):
     from hw3lib.experiments.notebook import show_grid_if_run
 
     assert show_grid_if_run({}, "leaderboard", "gsm8k-qwen3") is None
-    assert "`leaderboard` grid is an extra for the GSM8K with Qwen3-0.6B course" in capsys.readouterr().out
+    assert "`leaderboard` grid is an extra for the NLPDL HW3 handout" in capsys.readouterr().out
 
 
 # ---- the notebooks ---------------------------------------------------------------------------------------------

@@ -235,3 +235,27 @@ def test_the_notebooks_comparison_reuses_rollouts_at_three_lags_where_sync_learn
             if acfg is not None:
                 acfg.check(cfg)
     assert schedule_comparison("smoke", n_grpo_steps=3)[0].n_grpo_steps == 3  # overrides win
+
+
+def test_train_async_drops_rays_token_auth_notice_and_leaves_its_mode_alone(monkeypatch, caplog):
+    """Issue 46: notebook 04's output carried Ray's "Token authentication is enabled ..." notice."""
+    import logging
+
+    from hw3lib.grpo.async_loop import TOKEN_NOTICE
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    seen = {}
+
+    def fake_init(**kwargs):
+        seen["mode"] = os.environ.get("RAY_AUTH_MODE")
+        logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        logger.warning(TOKEN_NOTICE + ". Set RAY_AUTH_MODE=disabled to opt out.")  # as Ray words it
+        logger.warning("Token authentication is disabled for this Ray cluster.")  # any other line stays
+        raise RuntimeError("stop before starting Ray")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    with caplog.at_level("WARNING"), pytest.raises(RuntimeError, match="stop before starting Ray"):
+        train_async(tiny_cfg("auth", n_grpo_steps=1), AsyncConfig(mode="one_behind"))
+    assert seen["mode"] is None  # Ray chooses its mode itself (its cached mode must agree with its GCS's)
+    assert TOKEN_NOTICE not in caplog.text and "Token authentication is disabled" in caplog.text

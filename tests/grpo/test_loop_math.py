@@ -144,9 +144,10 @@ def test_cli_train_overwrite_reaches_train_and_refusals_are_one_line_errors(monk
     assert calls[-1] == ("taken", False, False)
     assert result.exit_code == 1 and not isinstance(result.exception, RunExistsError)
     assert "Traceback" not in result.output
-    assert f"Error: {Path('runs') / 'taken'} already holds a run" in result.output and "--overwrite" in result.output
-    result = CliRunner().invoke(app, [*common, "--resume", "--overwrite"])
-    assert result.exit_code == 1 and "Error: resume=True and overwrite=True contradict" in result.output
+    assert f"error: {Path('runs') / 'taken'} already holds a run" in result.output and "--overwrite" in result.output
+    result = CliRunner().invoke(app, [*common, "--resume", "--overwrite"])  # refused before train is called
+    assert result.exit_code == 1 and "error: --resume and --overwrite contradict" in result.output
+    assert calls[-1] == ("taken", False, False)
 
 
 def test_build_config_without_options_is_the_profile():

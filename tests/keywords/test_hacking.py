@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from hw3lib.keywords.hacking import (difference_band, hacking_rates, hacking_reading, hacking_table, response_flags,
-                                     side_by_side)
+from hw3lib.core.stats import Noise, unpaired_band
+from hw3lib.keywords.hacking import (FlagComparison, HackingFindings, hacking_findings, hacking_rates, hacking_reading,
+                                     hacking_table, render_hacking, response_flags, side_by_side)
 
 PROMPT = "Write a sentence that includes the words: green, cat."
 
@@ -39,9 +40,7 @@ def test_rates_and_band_by_hand():
                      "hacked": 0.5}
     with pytest.raises(ValueError, match="no samples"):
         hacking_rates([])
-    # 0.2 vs 0.1 on 100 each: adjusted 21/102 and 11/102
-    a1, a2 = 21 / 102, 11 / 102
-    assert difference_band(0.2, 0.1, 100) == pytest.approx(2 * math.sqrt((a1 * (1 - a1) + a2 * (1 - a2)) / 102))
+    assert hacking_rates([sample("green cat"), sample("A green dog.")], outcomes=True)["outcomes"]["hacked"] == [1, 0]
 
 
 def _run(folder, steps):
@@ -70,13 +69,38 @@ def test_table_side_by_side_and_reading_from_run_folders(tmp_path):
     assert side_by_side(runs, "inclusion") == [{
         "prompt": PROMPT, "after SFT": "The green cat sat.",
         "after GRPO (inclusion)": "green cat cat and the cat and", "after GRPO (sentence)": "I saw a green cat."}]
+    found = hacking_findings(table)
+    assert (found.n, found.hacked_start, found.hacked_end, found.cut_off_end) == (2, 0.0, 0.5, 0.5)
+    hacked = found.comparisons[0]
+    # Paired over the 2 shared prompts: prompt 1 hacked only in `inclusion` (1 vs 0 discordant); diff 0.5,
+    # var(d) = 1/2 - 0.25 = 0.25, band 2 sqrt(0.25 / 2) = 0.7071; McNemar 2 x P(Bin(1, 1/2) <= 0) = 1.
+    assert (hacked.flag, hacked.course, hacked.gated) == ("hacked", 0.5, 0.0)
+    assert hacked.noise.paired and hacked.noise.band == pytest.approx(math.sqrt(0.5))
+    assert hacked.noise.p_value == 1.0 and not hacked.noise.beyond  # 2 prompts: a wide band
+    assert found.comparisons[2].noise.diff == 0.0  # both runs hold every keyword
     reading = hacking_reading(table)
     assert "from 0.0% after SFT to 50.0% after GRPO" in reading
-    assert f"Hacked after GRPO: 50.0% (inclusion) vs 0.0% (sentence), a difference of +50.0 points, within noise " \
-           f"(band ±{100 * difference_band(0.5, 0.0, 2):.1f} points)" in reading  # 2 prompts: a wide band
+    assert "Hacked after GRPO: 50.0% (inclusion) vs 0.0% (sentence), a difference of +50.0 points, within noise, " \
+           "paired band ±70.7 points (McNemar p = 1)." in reading
     with pytest.raises(ValueError, match="reference='course' is not one of the runs"):
         side_by_side(runs, "course")
     with pytest.raises(ValueError, match="no row for run 'sentence'"):
         hacking_reading(table[:2])
     with pytest.raises(ValueError, match="no samples/step_XXXX.jsonl"):
         hacking_table({"empty": tmp_path})
+
+
+def test_render_hacking_words_the_findings_and_falls_back_to_the_unpaired_band():
+    noise = Noise(0.3, 0.1, paired=True, p_value=0.001)
+    found = HackingFindings(100, 0.1, 0.4, 0.2, 0.05, (FlagComparison("hacked", 0.4, 0.1, noise),))
+    assert render_hacking(found) == (
+        "On the course's reward, responses that hold every keyword but are not one sentence (hacked) went from 10.0% "
+        "after SFT to 40.0% after GRPO; 20.0% of the final responses were cut off mid-sentence by the token budget "
+        "and 5.0% repeat a keyword. Hacked after GRPO: 40.0% (inclusion) vs 10.0% (sentence), a difference of +30.0 "
+        "points, beyond noise, paired band ±10.0 points (McNemar p = 0.001). (100 validation prompts, greedy.)")
+    # Rows without per-prompt outcomes (an older table): the unpaired band of the two rates.
+    rows = [{"run": run, "stage": stage, "n": 100, "inclusion": 1.0, "one_sentence": 0.5, "cut_off": 0.0,
+             "repeats_keyword": 0.0, "hacked": rate} for run, stage, rate in
+            (("inclusion", "after SFT", 0.0), ("inclusion", "after GRPO", 0.2), ("sentence", "after GRPO", 0.1))]
+    hacked = hacking_findings(rows).comparisons[0]
+    assert not hacked.noise.paired and hacked.noise.band == pytest.approx(unpaired_band(0.2, 100, 0.1, 100))

@@ -768,3 +768,62 @@ def test_polishing_large_coordinates_is_refused_at_once(tmp_path):
     polish = polish_candidate(SimpleNamespace(run_dir=tmp_path), step, dimension=11, time_limit_s=2.0, seed=0)
     assert time.monotonic() - start < 2.0
     assert polish["status"] == "skipped" and "squared norm at most 5" in polish["message"], polish
+
+
+# ---------------------------------------------------------------------------------------------
+# Inherited file descriptors (issue 44): only stdin, stdout/stderr and the result pipe reach the program
+
+FD_PROBE = (
+    "import os, sys\n"
+    "fds = sorted(int(f) for f in os.listdir('/proc/self/fd') if os.path.exists(f'/proc/self/fd/{f}'))\n"
+    "raise RuntimeError('FDS ' + repr({fd: os.readlink(f'/proc/self/fd/{fd}') for fd in fds})"
+    " + ' RESULT ' + sys.argv[1])\n")
+
+
+def open_fds(message: str) -> tuple[dict, int]:
+    match = re.search(r"FDS (\{.*\}) RESULT (\d+)", message)
+    assert match, message
+    return eval(match.group(1)), int(match.group(2))  # noqa: S307 (a dict literal the probe printed)
+
+
+def check_only_the_pipes(message: str) -> None:
+    fds, result_fd = open_fds(message)
+    assert sorted(fds) == sorted({0, 1, 2, result_fd}), fds
+    assert fds[0] == "/dev/null" and fds[1] == fds[2] and fds[1].startswith("pipe:")
+    assert fds[result_fd].startswith("pipe:") and fds[result_fd] != fds[1]
+    assert not any(target.startswith(("user:", "anon_inode:", "socket:")) for target in fds.values())
+
+
+@needs_bwrap
+def test_only_stdin_output_and_result_fds_are_open_inside_bubblewrap(outside):
+    metrics = contained(FD_PROBE, outside)
+    assert metrics["status"] == "exception"
+    check_only_the_pipes(metrics["message"])
+
+
+def test_only_stdin_output_and_result_fds_are_open_in_the_fallback(fallback_mode):
+    with pytest.warns(sb.SandboxWarning):
+        metrics = evaluate_program(FD_PROBE, timeout_s=TIMEOUT, sandbox="process")
+    check_only_the_pipes(metrics["message"])
+
+
+def test_the_runner_closes_every_other_descriptor_it_inherits(tmp_path):
+    """A launcher that leaks descriptors (as bubblewrap's --userns fd did) is cleaned up by the runner."""
+    leaked = [os.open(os.devnull, os.O_RDONLY) for _ in range(3)]
+    leaked.append(os.dup2(leaked[0], 300))  # above the runner's RLIMIT_NOFILE of 256
+    program = tmp_path / "program.py"
+    program.write_text(FD_PROBE)
+    result_r, result_w = os.pipe()
+    try:
+        done = subprocess.run([sys.executable, str(Path(sb.__file__).with_name("_sandbox_runner.py")), str(result_w),
+                               str(program), "1024", "10", str(2**20), "64", "100", "128"],
+                              pass_fds=[result_w, *leaked], capture_output=True, timeout=60)
+        os.close(result_w)
+        payload = json.loads(os.read(result_r, 1 << 20))
+    finally:
+        os.close(result_r)
+        for fd in leaked:
+            os.close(fd)
+    assert done.returncode == 1 and payload["kind"] == "exception"
+    fds, result_fd = open_fds(payload["error"])
+    assert result_fd == result_w and sorted(fds) == sorted({0, 1, 2, result_w})

@@ -189,11 +189,32 @@ def test_cli_sft_two_steps():
 
 # ---- notebook 05's reading (hw3lib.sft.experiments) ------------------------------------------------------
 
-def test_difference_band_hand_worked():
-    from hw3lib.sft.experiments import difference_band
+def test_versus_pairs_two_runs_over_the_generations_they_wrote(tmp_path):
+    from hw3lib.core.lifecycle import RunResult
+    from hw3lib.core.stats import unpaired_band
+    from hw3lib.sft.experiments import validation_outcomes, versus
+    from hw3lib.sft.loop import GENERATIONS_DIR
 
-    assert difference_band(0.5, 200) == pytest.approx(0.1)  # 2 * sqrt(2 * 0.25 / 200) = 2 * 0.05
-    assert difference_band(0.1, 50) == pytest.approx(2 * (2 * 0.09 / 50) ** 0.5)
+    def run(label, outcomes):
+        folder = tmp_path / label / GENERATIONS_DIR
+        folder.mkdir(parents=True)
+        for step, answers in ((0, [0] * len(outcomes)), (10, outcomes)):
+            (folder / f"step_{step:04d}.jsonl").write_text("".join(
+                json.dumps({"prompt": f"{label}q{i}" if label == "c" else f"q{i}", "answer_reward": a}) + "\n"
+                for i, a in enumerate(answers)))
+        evals = [{"step": s, "eval/answer_reward": sum(a) / len(a), "eval/n": len(a)}
+                 for s, a in ((0, [0] * len(outcomes)), (10, outcomes))]
+        return RunResult(tmp_path / label, SFTConfig.for_profile("smoke"), evals, 10, 10, 0, 1.0, None)
+
+    a, b = run("a", [1, 1, 1, 0]), run("b", [1, 1, 0, 0])
+    assert validation_outcomes(a) == [1, 1, 1, 0] and validation_outcomes(a, 0) == [0, 0, 0, 0]
+    # One question only a got right: diff 0.25, var(d) = 1/4 - 1/16 = 0.1875, band 2 sqrt(0.1875 / 4) = 0.4330.
+    gap = versus(a, b)
+    assert gap.paired and gap.diff == 0.25 and gap.band == pytest.approx(0.43301, abs=1e-5) and gap.p_value == 1.0
+    rise = versus(a, a, -1, 0)  # a run against its own start: 3 of 4 questions gained, none lost
+    assert rise.paired and rise.diff == 0.75 and rise.p_value == pytest.approx(0.25)
+    other = versus(a, run("c", [1, 1, 0, 0]))  # validated on other prompts: not paired
+    assert not other.paired and other.band == pytest.approx(unpaired_band(0.75, 4, 0.5, 4))
 
 
 def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
@@ -215,19 +236,28 @@ def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
            "filtered": sft_run("filtered", 3000, 0.62, 0.04, 0.05)}
     rounds = [{"round": r, "step": 5 * r, "rollouts": 64 * r, "ei/kept": 10, "ei/kept_fraction": f,
                "train/reward": f, "train/entropy": 0.3} for r, f in ((1, 0.2), (2, 0.5))]
-    evals = [{"round": r, "step": 5 * r, "rollouts": 64 * r, "eval/answer_reward": a} for r, a in ((0, 0.3), (2, 0.32))]
+    evals = [{"round": r, "step": 5 * r, "rollouts": 64 * r, "eval/answer_reward": a, "eval/n": 200}
+             for r, a in ((0, 0.3), (2, 0.32))]
     ei = {"G8": RunResult(tmp_path, EIConfig.for_profile("smoke", questions_per_round=64), rounds + evals, 2, 10, 0, 6.0,
                           None)}
     sft_text, ei_text, summary = sft_ei_reading(sft, ei, section_seconds=12.0)
-    # 128 -> all: +20 points against 2 * sqrt(2 * 0.5 * 0.5 / 200) = 10 points; filtered vs all: +2 points.
-    assert "+20.0 points, beyond the 10.0-point noise band" in sft_text
+    # The fake runs wrote no generations: every band is unpaired (Agresti-Caffo). 128 -> all: 0.6 vs 0.4 on 200
+    # each, 2 sqrt((121/202)(81/202)/202 + (81/202)(121/202)/202) = 0.0975: +20 points beyond it.
+    found = summary["findings"]
+    assert found["sft"]["size_gap"]["diff"] == pytest.approx(0.2) and not found["sft"]["size_gap"]["paired"]
+    assert found["sft"]["size_gap"]["band"] == pytest.approx(0.09753, abs=1e-5)
+    assert found["sft"]["size_gap"]["verdict"] == "beyond noise" and found["sft"]["nll_falls"]
+    assert found["sft"]["filter_gap"]["verdict"] == "within noise" and found["sft"]["memorizes"]
+    assert "+20.0 points, beyond noise, band ±9.8 points" in sft_text
     assert "falls with every doubling" in sft_text and "memorize" in sft_text
-    assert "+2.0 points, within the noise band" in sft_text
-    # EI validation +2 points (within); sampled reward 20% -> 50% over 64 questions per round: band
-    # 2 * sqrt(2 * 0.35 * 0.65 / 64) = 16.9 points, counted in questions, not rollouts.
-    assert "(+2.0 points, within the 9.2-point band)" in ei_text
-    assert "20.0% -> 50.0% (+30.0 points, beyond its 16.9-point band)" in ei_text
-    assert summary["noise_band"] == pytest.approx(0.1) and summary["pool_size"] == 4096
+    assert "+2.0 points, within noise, band ±9.7 points" in sft_text
+    # EI validation 0.30 -> 0.32 (within a 9.2-point band); sampled reward 20% -> 50% over 64 questions per round:
+    # 2 sqrt((33/66)(33/66)/66 + (13.8/66)(52.2/66)/66) = 15.9 points, counted in questions, not rollouts.
+    assert found["ei"]["G8"]["validation"]["verdict"] == "within noise"
+    assert found["ei"]["G8"]["train"]["band"] == pytest.approx(0.15866, abs=1e-5)
+    assert "(+2.0 points, within noise, band ±9.2 points)" in ei_text
+    assert "20.0% -> 50.0% (+30.0 points, beyond noise, band ±15.9 points, counted in questions)" in ei_text
+    assert summary["noise_band"] == pytest.approx(0.09753, abs=1e-5) and summary["pool_size"] == 4096
     assert summary["filtered_size"] == 3000 and summary["section_seconds"] == 12.0 and "grpo_run" not in summary
     # the writeup says how the runs were validated: greedy on the GSM8K course's arithmetic smoke task, sampled as the
     # handout does on the MATH course's (the SFT section used to say "greedy" for both)
@@ -236,9 +266,10 @@ def test_sft_ei_reading_computes_its_verdicts_from_the_runs(tmp_path):
 
     math_sft = SFTConfig.for_profile("smoke", course="math-qwen2.5")
     assert validation_label(math_sft) == "sampled at T=1, top-p 1.0, 96 tokens"
-    # EI vs SFT on all traces: 32% vs 60% (-28 points; band at p = 0.46 is 2 * sqrt(2 * 0.46 * 0.54 / 200) = 10.0).
+    # EI vs SFT on all traces: 32% vs 60% (-28 points; unpaired band 9.5 points).
+    assert found["ei_versus_sft"]["run"] == "G8" and found["ei_versus_sft"]["verdict"] == "beyond noise"
     assert ("Against SFT: the best EI run (G8) ended at 32.0%, below SFT on all 4096 teacher traces (60.0%; "
-            "-28.0 points, band 10.0), learning only from 128 rollouts") in ei_text
+            "-28.0 points, beyond noise, band ±9.5 points), learning only from 128 rollouts") in ei_text
     assert [(t["value"], t["met"]) for t in summary["thresholds"]] == [(0.60, True), (0.32, True)]
     assert summary["thresholds"][0]["text"] == ("SFT on the full set (run `all`): 60.0% against the handout's 15%: met "
                                                 "(the threshold is for the full profile's model; this is the smoke "

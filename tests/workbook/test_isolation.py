@@ -130,7 +130,7 @@ def test_output_settings_are_read_in_one_place(tmp_path, monkeypatch):
     assert (output_root(), runs_dir(), figures_dir()) == (out, out / "runs", out / "figures")
     monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")  # the other course's runs, figures and PDF keep their own folders
     assert runs_dir() == out / "runs" / "math-qwen2.5"
-    assert figures_dir() == out / "courses" / "math-qwen2.5" / "figures"
+    assert figures_dir() == out / "courses" / "cs336-a5" / "figures"
     monkeypatch.delenv("HW3_RUNS_DIR")
     monkeypatch.delenv("HW3_COURSE")
     assert runs_dir() == out / "runs"  # HW3_OUTPUT_DIR alone moves the runs too
@@ -144,15 +144,30 @@ def _recipe(makefile: str, target: str) -> list[str]:
     return [" ".join(line.split()) for line in match.group(1).splitlines() if not line.strip().startswith("#")]
 
 
-def test_make_test_runs_the_notebooks_in_a_temporary_output_folder():
-    commands = _recipe((REPO_ROOT / "Makefile").read_text(), "test")
-    nbval = [c for c in commands if "--nbval" in c]
-    assert len(nbval) == 1 and re.search(r"-m hw3lib\.workbook\.isolated .*-m pytest .*notebooks/", nbval[0]), nbval
+def test_make_test_runs_every_presets_notebooks_in_a_temporary_output_folder():
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    commands = _recipe(makefile, "test")
     assert any(re.search(r"-m pytest .*tests/", c) for c in commands)  # isolated by tests/conftest.py
-    # the MATH course's round: every notebook and its writeup, isolated too, in CI's short setting
-    math = [c for c in commands if "HW3_COURSE=math-qwen2.5" in c]
-    assert len(math) == 1 and re.search(r"-m hw3lib\.workbook\.isolated .*-m hw3lib\.workbook\.run$", math[0]), math
-    assert all("HW3_NOTEBOOK_SHORT=1" in c for c in (*nbval, *math))
+    walks = re.search(r"-j2 .*", " ".join(commands)).group(0).split()
+    assert {"walk-gsm8k", "walk-math", "rehearse-gsm8k", "rehearse-math", "REHEARSE_EXTRAS=0"} <= set(walks)
+    gsm8k, math = _recipe(makefile, "walk-gsm8k"), _recipe(makefile, "walk-math")
+    assert len(gsm8k) == len(math) == 1 and all("$(SMOKE_SHORT) $(PY) -m hw3lib.workbook.isolated" in c
+                                                for c in gsm8k + math)
+    assert re.search(r"SMOKE_SHORT := HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1$", makefile, flags=re.M)
+    # NLPDL under nbval, then CS336 2026; CSE 599-O with every section, then CS336 2025: each with its writeup
+    assert re.search(r"--nbval-lax .*notebooks/ .*writeup --check .*HW3_COURSE=cs336-a5-2026 HW3_EXTRAS=0 "
+                     r"\$\(PY\) -m hw3lib\.workbook\.run'$", gsm8k[0]), gsm8k
+    assert re.search(r"HW3_COURSE=cse599o-a3 HW3_EXTRAS=1 .*workbook\.run .*HW3_COURSE=cs336-a5 HW3_EXTRAS=0 "
+                     r"\$\(PY\) -m hw3lib\.workbook\.run'$", math[0]), math
+    rehearsals = _recipe(makefile, "rehearse-gsm8k") + _recipe(makefile, "rehearse-math")
+    assert [re.search(r"--course (\S+)", c).group(1) for c in rehearsals] == ["nlpdl-hw3,cs336-a5-2026",
+                                                                             "cse599o-a3,cs336-a5"]
+    assert all("-m hw3lib.workbook.isolated" in c for c in rehearsals)
+    # every preset is walked in both profiles
+    from hw3lib.core.course import COURSE_NAMES
+
+    walked = " ".join(gsm8k + math + rehearsals)
+    assert all(name in walked for name in COURSE_NAMES) and "nbval" in walked
     assert re.search(r"^make test$", (REPO_ROOT / ".ci" / "run").read_text(), flags=re.M)  # what CI runs
 
 

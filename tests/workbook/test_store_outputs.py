@@ -73,3 +73,65 @@ def test_outputs_naming_paths_outside_the_project_are_refused(folders):
 def test_an_empty_folder_says_what_to_run(tmp_path):
     with pytest.raises(ValueError, match="make workbook"):
         store(tmp_path, tmp_path)
+
+
+def _png(width: int, height: int) -> str:
+    """A base64 RGBA PNG of a noisy line plot's colours (many distinct shades, as matplotlib's antialiasing makes)."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    pixels = np.full((height, width, 4), 255, dtype=np.uint8)
+    for row in range(0, height, 7):
+        pixels[row, :, :3] = rng.integers(0, 255, size=(width, 3))
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "RGBA").save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_a_stored_notebook_is_tidied_for_readers(folders):
+    """Issue 46: progress widgets stored as "0%", 4 MB of full-size figures, one run's timestamps."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    committed, executed = folders
+    nb = json.loads((executed / "01_a.ipynb").read_text())
+    widget = {"output_type": "display_data", "metadata": {}, "data": {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
+        "text/plain": "sft:   0%|          | 0/300 [00:00<?, ?step/s]"}}
+    figure = {"output_type": "display_data", "metadata": {"image/png": {"width": 1200}},
+              "data": {"image/png": _png(1200, 420), "text/plain": "<Figure size 1200x420>"}}
+    nb["cells"][3]["outputs"] = [widget, figure]
+    nb["cells"][3]["metadata"]["papermill"] = {"duration": 1530.2}
+    nb["cells"][3]["metadata"]["execution"] = {"iopub.execute_input": "2026-11-27T10:00:00Z"}
+    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    write(executed / "01_a.ipynb", nb)
+    store(executed, committed)
+    stored = json.loads((committed / "01_a.ipynb").read_text())
+    line, picture = stored["cells"][2]["outputs"]
+    assert line == {"output_type": "stream", "name": "stdout", "text": "sft: a progress bar, shown while it runs\n"}
+    image = Image.open(io.BytesIO(base64.b64decode(picture["data"]["image/png"])))
+    assert image.size == (900, 315) and image.mode == "P" and len(image.getcolors()) <= 64
+    assert len(picture["data"]["image/png"]) < len(figure["data"]["image/png"]) / 2
+    assert picture["metadata"] == {}  # the old width hint would stretch it back
+    assert "widgets" not in stored["metadata"] and "papermill" not in stored["cells"][2]["metadata"]
+
+
+def test_another_courses_run_is_stored_in_its_own_folder_from_the_committed_notebooks(tmp_path, folders, monkeypatch):
+    from hw3lib.workbook import store_outputs
+
+    committed, executed = folders
+    monkeypatch.setenv("HW3_COURSE", "nlpdl-hw3")  # main() sets the course for the process: restored after
+    monkeypatch.setattr(store_outputs, "project_root", lambda: tmp_path)
+    monkeypatch.setattr("hw3lib.workbook.run.executed_notebooks_dir", lambda: executed)
+    before = (committed / "01_a.ipynb").read_text()
+    assert main(["--course", "cs336-a5"]) == 0
+    own = tmp_path / "courses" / "cs336-a5" / "notebooks" / "01_a.ipynb"
+    assert json.loads(own.read_text())["cells"][2]["outputs"][0] == stream("1\n")
+    assert (committed / "01_a.ipynb").read_text() == before  # the default course's stored outputs untouched
+    assert main(["--course", "cs336-a5", "--tidy"]) == 0 and own.is_file()

@@ -8,7 +8,8 @@ import shutil
 import pytest
 
 from hw3lib.experiments.grids import GRIDS, Grid, run_grid
-from hw3lib.experiments.report import pct, report_grid
+from hw3lib.experiments.render import pct
+from hw3lib.experiments.report import report_grid
 from hw3lib.core.io import DataFileError, project_root
 from hw3lib.core.writeup_keys import settings_of
 from hw3lib.grpo.config import GRPOConfig
@@ -146,7 +147,7 @@ def _tiny_grid(name: str, changes: dict[str, dict]) -> Grid:
                                   n_eval_examples=4, eval_every=1, checkpoint_every=1, n_train_examples=256,
                                   loss_type="reinforce_with_baseline")
     configs = {label: base.replace(name=f"{name}/{label}", **change) for label, change in changes.items()}
-    return Grid(name, "smoke", base, configs, changes, next(iter(changes)), GRIDS[name][0],
+    return Grid(name, "smoke", base, configs, changes, next(iter(changes)), GRIDS[name].question,
                 {label: [label] for label in changes})
 
 
@@ -309,5 +310,21 @@ def test_the_other_courses_writeup_is_built_in_its_own_folder(tmp_path, monkeypa
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("HW3_COURSE", "math-qwen2.5")
     pdf = build_writeup()
-    assert pdf == tmp_path.resolve() / "courses" / "math-qwen2.5" / "writeup" / "writeup.pdf" and pdf.is_file()
+    assert pdf == tmp_path.resolve() / "courses" / "cs336-a5" / "writeup" / "writeup.pdf" and pdf.is_file()
     assert not (tmp_path / "writeup" / "writeup.pdf").exists()
+
+
+def test_the_writeup_marks_the_sections_beyond_the_courses_handout():
+    """Issue 43: each preset's writeup follows its own handout's sections; the others are marked as extras."""
+    from hw3lib.workbook.writeup import course_summary, handout_asks
+
+    cse, cs336, nlpdl = course_summary("cse599o-a3"), course_summary("cs336-a5"), course_summary("nlpdl-hw3")
+    assert cse["handout"] == "CSE 599-O A3" and cs336["name"] == "cs336-a5"
+    assert {"best_of_n", "sft_ei", "leaderboard", "kissing", "algorithms"} <= set(cse["extras"])
+    assert not {"async_grpo", "keyword", "kl_drift", "learning_rate"} & set(cse["extras"])
+    assert {"async_grpo", "keyword", "kl_drift", "algorithms"} <= set(cs336["extras"])
+    assert not {"sft_ei", "leaderboard", "baselines"} & set(cs336["extras"])
+    assert "best_of_n" not in nlpdl["extras"] and "sft_ei" in nlpdl["extras"]
+    # SFT and expert iteration share one section: either handout item asks for it
+    assert handout_asks("SFT at several data sizes, and expert iteration", {"expert_iteration"})
+    assert not handout_asks("Zero-shot evaluation", {"grpo_loop"})

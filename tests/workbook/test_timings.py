@@ -1,0 +1,46 @@
+"""hw3lib.workbook.timings: the README's command times come from running the commands, and stay current."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from hw3lib.workbook import timings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_timing_a_command_records_its_wall_time_and_a_failure_records_nothing(tmp_path):
+    record = tmp_path / "times.json"
+    assert timings.time_command("make-test", [sys.executable, "-c", "import time; time.sleep(1.5)"], path=record) == 0
+    entry = json.loads(record.read_text())["make-test"]
+    assert 1.5 <= entry["seconds"] < 10 and entry["minutes"] == round(entry["seconds"] / 60, 1)
+    assert entry["machine"].endswith("CPU cores") and entry["commit"]
+    assert timings.time_command("make-workbook", [sys.executable, "-c", "raise SystemExit(3)"], path=record) == 3
+    assert set(json.loads(record.read_text())) == {"make-test"}
+
+
+def test_the_table_shows_minutes_parts_and_what_is_not_measured():
+    table = timings.readme_table({"make-workbook": {"minutes": 69.6, "date": "2026-11-27", "commit": "abc1234",
+                                                    "machine": "2 CPU cores", "parts": {"04": 22.5, "05": 46.2}}})
+    lines = table.splitlines()
+    assert lines[2] == ("| `make test` (what CI runs) | not measured yet | `python -m hw3lib.workbook.timings --help` |")
+    assert lines[3] == ("| `make workbook` (smoke, the informative length) | 69.6 min (04 22.5, 05 46.2) | "
+                        "2026-11-27, commit abc1234, 2 CPU cores |")
+
+
+def test_the_workbooks_timings_file_is_recorded_per_notebook(tmp_path, monkeypatch):
+    monkeypatch.setattr(timings, "project_root", lambda: tmp_path)
+    run = tmp_path / "timings.json"
+    run.write_text(json.dumps({"profile": "smoke", "notebooks": {"01": 30.0, "04": 600.0}, "total_s": 630.0}))
+    assert timings.main(["--workbook", str(run)]) == 0
+    entry = json.loads((tmp_path / timings.RECORD).read_text())["make-workbook"]
+    assert entry["minutes"] == 10.5 and entry["parts"] == {"01": 0.5, "04": 10.0}
+
+
+def test_the_readme_table_is_rendered_from_the_record():
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme.split(timings.BEGIN, 1)[1].split(timings.END, 1)[0].strip()
+    assert block == timings.readme_table(timings.load(REPO_ROOT / timings.RECORD)), (
+        "README's command times are stale: run `python -m hw3lib.workbook.timings --write-readme`")
