@@ -5,13 +5,26 @@ measured the same way: the prompt's template, stop strings and reward (hw3lib.ta
 `eval_temperature` (the courses' 1.0 in the full profile; 0, greedy, in smoke), top-p 1 and the
 run's `sampling_max_tokens`. `validation_label(cfg)` says which, for every plot and sentence that
 reports a validation number.
+
+`save_validation` writes what a validation leaves in the run folder: the first `n_eval_samples_saved` rollouts
+in full (`samples/<name>.jsonl`, for reading) and every question's 0/1 answer reward in one compact line
+(`samples/<name>.outcomes.json`: a few hundred bytes), so that two runs validated on the same questions are
+compared paired, question by question (hw3lib.core.stats.paired), instead of as two independent samples.
+`read_outcomes` reads them back (or, for a run made before the outcomes file, from the saved rollouts when they
+hold every question).
 """
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from hw3lib.core.runs import SAMPLES_DIR
 
 from hw3lib.generation import SamplingConfig
 from hw3lib.tasks.data import format_prompt
@@ -27,10 +40,11 @@ def validation_label(cfg) -> str:
 
 
 def validate(engine, records: Sequence[dict], cfg, reward_fn, seed: int) -> tuple[dict, list[dict]]:
-    """Validation metrics (`eval/...`) on `records` and the first `cfg.n_eval_samples_saved` rollouts.
+    """Validation metrics (`eval/...`) on `records` and every question's rollout, scored, in order (the caller
+    keeps what it saves: `save_validation`).
 
-    `cfg` is any run config with `prompt`, `eval_temperature`, `sampling_max_tokens` and
-    `n_eval_samples_saved` (GRPOConfig, SFTConfig, EIConfig).
+    `cfg` is any run config with `prompt`, `eval_temperature` and `sampling_max_tokens` (GRPOConfig, SFTConfig,
+    EIConfig).
     """
     prompts = [format_prompt(cfg.prompt, record["question"]) for record in records]
     sampling = SamplingConfig(n=1, temperature=cfg.eval_temperature, top_p=1.0, max_tokens=cfg.sampling_max_tokens,
@@ -49,5 +63,53 @@ def validate(engine, records: Sequence[dict], cfg, reward_fn, seed: int) -> tupl
     }
     examples = [{"question": record["question"], "gold": record["gold"], "response": sample.text,
                  "finish_reason": sample.finish_reason, **score}
-                for record, sample, score in zip(records, samples, scores)][:cfg.n_eval_samples_saved]
+                for record, sample, score in zip(records, samples, scores)]
     return metrics, examples
+
+
+OUTCOMES_SUFFIX = ".outcomes.json"
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """One validation's per-question 0/1 answer rewards, in the questions' order, and a digest of those
+    questions: two validations are paired only when their digests agree (same questions, same order)."""
+
+    answer_rewards: tuple[int, ...]
+    questions: str
+
+
+def questions_digest(questions: Sequence[str]) -> str:
+    """16 hex digits naming a list of questions in its order."""
+    return hashlib.sha256("\x1f".join(questions).encode()).hexdigest()[:16]
+
+
+def save_validation(run_dir: str | Path, name: str, examples: Sequence[dict], n_saved: int) -> None:
+    """A validation's files under `run_dir/samples/`: its first `n_saved` rollouts (`<name>.jsonl`) and every
+    question's outcome (`<name>.outcomes.json`); `examples` are all of the validation's rollouts, in order."""
+    folder = Path(run_dir) / SAMPLES_DIR
+    atomic_write_jsonl(folder / f"{name}.jsonl", list(examples[:n_saved]))
+    rewards = [s["answer_reward"] for s in examples]
+    if all(r in (0, 1) for r in rewards):  # a graded 0/1 reward: the paired test applies
+        atomic_write_json(folder / f"{name}{OUTCOMES_SUFFIX}", {
+            "n": len(rewards), "questions": questions_digest([s["question"] for s in examples]),
+            "answer_reward": "".join(str(int(r)) for r in rewards)})
+
+
+def read_outcomes(run_dir: str | Path, name: str, n: int) -> Outcomes | None:
+    """The outcomes of validation `name` (e.g. `step_0050`) of `n` questions: from its outcomes file, else from its
+    saved rollouts when they hold all `n` questions; None where neither does (the comparison is then unpaired)."""
+    folder = Path(run_dir) / SAMPLES_DIR
+    found = folder / f"{name}{OUTCOMES_SUFFIX}"
+    if found.is_file():
+        stored = read_json(found)
+        if stored["n"] == n:
+            return Outcomes(tuple(int(c) for c in stored["answer_reward"]), stored["questions"])
+        return None
+    if not (folder / f"{name}.jsonl").is_file():
+        return None
+    samples = read_jsonl(folder / f"{name}.jsonl")
+    if len(samples) != n or any(s.get("answer_reward") not in (0, 1) for s in samples):
+        return None
+    return Outcomes(tuple(int(s["answer_reward"]) for s in samples),
+                    questions_digest([s.get("question", "") for s in samples]))

@@ -3,8 +3,9 @@
 `compare(result)` gives one row per config group: start, end, rise, the difference from the reference and its
 `Noise` (`hw3lib.core.stats`) --
 
-- question sampling: paired over the shared held-out questions when both runs saved every validation rollout at
-  their last validation (`paired_outcomes`), else the unpaired band of the two rates (the row says which);
+- question sampling: paired over the shared held-out questions when both runs kept every question's outcome at
+  their last validation (`paired_outcomes`; runs keep them since `save_validation`), else the unpaired band of the
+  two rates (the row says which);
 - run-to-run variation: with seed repeats in the grid, the spread of the repeats (`spread_band`); with one seed per
   config, the seed band measured on the base recipe's seed replicas (`hw3lib.experiments.seeds`), when it has been
   measured for the profile (`seed_source` says which, or None).
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from hw3lib.core.io import runs_dir
 from hw3lib.core.lifecycle import RunResult
-from hw3lib.core.stats import Noise, SeedBand, compare_outcomes, question_outcomes, spread_band, unpaired_band
+from hw3lib.core.stats import Noise, SeedBand, compare_outcomes, spread_band, unpaired_band
 from hw3lib.experiments.runner import GridResult
 
 METRIC = "eval/answer_reward"
@@ -43,28 +44,27 @@ def read_seed_band(profile: str) -> SeedBand | None:
     return SeedBand(tuple(stored["values"]), stored["mean"], stored["sd"], stored["band"])
 
 
-def _saved(run: RunResult, which: int) -> tuple[list[dict], int]:
-    """The rollouts the run saved at its validation `which` (-1: last, 0: first) and that validation's question
-    count ([] where none were saved)."""
+def _outcomes(run: RunResult, which: int):
+    """The run's per-question outcomes at its validation `which` (-1: last, 0: first), or None where they were
+    not kept (`hw3lib.evaluation.validate.read_outcomes`)."""
     if run.run_dir is None or not run.eval_rows:
-        return [], 0
-    from hw3lib.grpo.results import load_samples
+        return None
+    from hw3lib.evaluation.validate import read_outcomes
 
     row = run.eval_rows[which]
-    try:
-        return load_samples(run.run_dir, row["grpo_step"]), row.get("eval/n", -1)
-    except (FileNotFoundError, KeyError):
-        return [], 0
+    if "grpo_step" not in row:
+        return None
+    return read_outcomes(run.run_dir, f"step_{row['grpo_step']:04d}", row.get("eval/n", -1))
 
 
 def paired_outcomes(a: RunResult, b: RunResult, which_a: int = -1,
                     which_b: int = -1) -> tuple[list[int] | None, list[int] | None]:
-    """Both runs' per-question outcomes when both saved every question of the same validation set, in the same
-    order (else (None, None): the comparison is unpaired)."""
-    (saved_a, n_a), (saved_b, n_b) = _saved(a, which_a), _saved(b, which_b)
-    if [s.get("question") for s in saved_a] != [s.get("question") for s in saved_b]:
+    """Both runs' per-question outcomes when both kept every question's outcome of the same validation set, in
+    the same order (else (None, None): the comparison is unpaired)."""
+    found_a, found_b = _outcomes(a, which_a), _outcomes(b, which_b)
+    if found_a is None or found_b is None or found_a.questions != found_b.questions:
         return None, None
-    return question_outcomes(saved_a, n_a), question_outcomes(saved_b, n_b)
+    return list(found_a.answer_rewards), list(found_b.answer_rewards)
 
 
 def group_noise(result: GridResult, group: str, other: str, seed_band: float | None = None,

@@ -22,8 +22,9 @@ from hw3lib.grpo.async_loop import REPLAY_FILE, TIMINGS_FILE, AsyncConfig, train
 from hw3lib.core.io import read_json, read_jsonl, save_figure
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.core.writeup_keys import config_settings
-from hw3lib.core.stats import Noise, compare_outcomes, noise_words, question_outcomes
-from hw3lib.grpo.results import load_samples, time_breakdown
+from hw3lib.core.stats import Noise, compare_outcomes, noise_words
+from hw3lib.evaluation.validate import read_outcomes
+from hw3lib.grpo.results import time_breakdown
 from hw3lib.grpo.loop import train
 from hw3lib.grpo.config import GRPOConfig
 
@@ -119,15 +120,12 @@ def step_times(result: RunResult) -> list[dict]:
 
 
 def _outcomes(result: RunResult, eval_row: dict) -> list[int] | None:
-    """The validation's per-question answer rewards, when the run saved every rollout of it (else None: only
-    the rate is known, and comparisons fall back to the unpaired band)."""
+    """The validation's per-question answer rewards, when the run kept them (else None: only the rate is known,
+    and comparisons fall back to the unpaired band)."""
     if result.run_dir is None:
         return None
-    try:
-        samples = load_samples(result.run_dir, eval_row["grpo_step"])
-    except FileNotFoundError:
-        return None
-    return question_outcomes(samples, eval_row["eval/n"])
+    found = read_outcomes(result.run_dir, f"step_{eval_row['grpo_step']:04d}", eval_row["eval/n"])
+    return list(found.answer_rewards) if found is not None else None
 
 
 def uses_per_group(result: RunResult) -> float:

@@ -81,11 +81,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hw3lib.core.io import atomic_write_json, atomic_write_jsonl
+from hw3lib.core.io import atomic_write_json
 from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
 from hw3lib.core.precision import MasterWeights
-from hw3lib.core.runs import SAMPLES_DIR
-from hw3lib.evaluation.validate import validate
+from hw3lib.evaluation.validate import save_validation, validate
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.health import health_warnings
 from hw3lib.grpo.shaping import overlong_penalties, refill_uninformative
@@ -482,7 +481,7 @@ class GRPOLearner(TrainingRun):
         started = time.perf_counter()
         grpo_step = self.version
         metrics, examples = validate(engine, self.eval_records, self.cfg, self.reward_fn, seed=self.cfg.seed)
-        atomic_write_jsonl(self.run_dir / SAMPLES_DIR / f"step_{grpo_step:04d}.jsonl", examples)
+        save_validation(self.run_dir, f"step_{grpo_step:04d}", examples, self.cfg.n_eval_samples_saved)
         self.log({"step": self.state["optimizer_step"], "grpo_step": grpo_step, **metrics,
                   "time/eval_s": time.perf_counter() - started, "time/elapsed_s": self.clock()})
         print(f"  eval @ step {grpo_step}: answer {metrics['eval/answer_reward']:.3f} "

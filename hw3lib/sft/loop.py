@@ -69,7 +69,7 @@ import torch
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
 from hw3lib.core.precision import MasterWeights
-from hw3lib.core.runs import SAMPLES_DIR
+from hw3lib.evaluation.validate import save_validation
 from hw3lib.maths.logprobs import autocast_for, response_log_probs, shared_prefix_length
 from hw3lib.maths.sft import masked_normalize, tokenize_prompt_and_output
 from hw3lib.maths.sft_step import response_bounds, sft_optimizer_step
@@ -283,7 +283,7 @@ def held_out_trace_nll(policy, tokenizer, records: Sequence[dict], *, micro_batc
 
 def run_validation(engine, policy, tokenizer, eval_records, cfg, reward_fn, path: Path) -> tuple[dict, list[dict]]:
     """`hw3lib.evaluation.validate` (the GRPO loop's evaluation) plus `log_generations` to `path`:
-    `(eval metrics, the saved sample rows)`. A colocated engine is woken with the policy's weights for the
+    `(eval metrics, every question's scored rollout)`. A colocated engine is woken with the policy's weights for the
     generation and asleep again for the no-grad passes (see the module docstring)."""
     from hw3lib.tasks.data import format_prompt
     from hw3lib.generation import engine_colocated, policy_weights_for_engine, push_weights, sleep_for_training
@@ -292,25 +292,25 @@ def run_validation(engine, policy, tokenizer, eval_records, cfg, reward_fn, path
     colocated = engine_colocated(cfg)
     # Nothing is copied when the engine wraps the policy.
     push_weights(engine, policy_weights_for_engine(policy, cfg.dtype), colocated=colocated)
-    metrics, examples = validate(engine, eval_records, cfg.replace(n_eval_samples_saved=len(eval_records)),
-                                 reward_fn, seed=cfg.seed)
+    metrics, examples = validate(engine, eval_records, cfg, reward_fn, seed=cfg.seed)
     sleep_for_training(engine, colocated=colocated)
     prompts = [format_prompt(cfg.prompt, r["question"]) for r in eval_records]
     metrics.update(log_generations(policy, tokenizer, prompts, examples, path,
                                    micro_batch_size=cfg.micro_train_batch_size, dtype=cfg.dtype))
     metrics["eval/trace_nll"] = held_out_trace_nll(policy, tokenizer, eval_records, dtype=cfg.dtype,
                                                    micro_batch_size=cfg.micro_train_batch_size, prompt=cfg.prompt)
-    return metrics, examples[:cfg.n_eval_samples_saved]
+    return metrics, examples
 
 
 def log_validation(run: TrainingRun, engine, eval_records: Sequence[dict], reward_fn, **counters: int) -> None:
     """`run_validation` at the run's current step: every generation to `generations/<counter>_XXXX.jsonl`,
-    a few to `samples/`, one `eval/...` row (with `counters` in front) to `metrics.jsonl`."""
+    a few to `samples/` with every question's outcome (`save_validation`), one `eval/...` row (with `counters` in
+    front) to `metrics.jsonl`."""
     started = time.perf_counter()
     name = f"{run.counter}_{run.version:04d}"
     metrics, samples = run_validation(engine, run.policy, run.tokenizer, eval_records, run.cfg, reward_fn,
                                       run.run_dir / GENERATIONS_DIR / f"{name}.jsonl")
-    atomic_write_jsonl(run.run_dir / SAMPLES_DIR / f"{name}.jsonl", samples)
+    save_validation(run.run_dir, name, samples, run.cfg.n_eval_samples_saved)
     run.log({**counters, **metrics, "time/eval_s": time.perf_counter() - started, "time/elapsed_s": run.clock()})
     print(f"  eval @ {run.counter} {run.version}: answer {metrics['eval/answer_reward']:.3f} "
           f"format {metrics['eval/format_reward']:.3f} entropy {metrics['eval/entropy']:.3f}", flush=True)

@@ -243,6 +243,23 @@ def test_compare_pairs_runs_that_saved_every_question(tmp_path):
     assert not compare(result)[1]["noise"]["paired"]
 
 
+def test_compare_pairs_runs_from_their_kept_outcomes_when_few_rollouts_were_saved(tmp_path):
+    from hw3lib.evaluation.validate import save_validation
+
+    grid = build_grid("std_normalization", "smoke")
+
+    def kept(label: str, outcomes: list[int]) -> RunResult:
+        rows = [{"question": f"q{i}", "answer_reward": float(a)} for i, a in enumerate(outcomes)]
+        save_validation(tmp_path / label, "step_0002", rows, n_saved=1)  # the default keeps a few in full
+        run = _fake_run(grid.configs[label], 0.3, sum(outcomes) / 4, n=4)
+        return RunResult(tmp_path / label, run.config, run.metrics, 2, 2, 0, 9.0, None)
+
+    result = _fake_result(grid, {"std_on": (0.3, 0.25), "std_off": (0.3, 1.0)})
+    result.results.update(std_on=kept("std_on", [1, 0, 0, 0]), std_off=kept("std_off", [1, 1, 1, 1]))
+    row = compare(result)[1]
+    assert row["noise"]["paired"] and row["noise"]["band"] == pytest.approx(0.43301, abs=1e-5)  # as above
+
+
 def test_the_base_seed_band_turns_a_one_seed_difference_within_noise(monkeypatch):
     from hw3lib.core.io import atomic_write_json, runs_dir
     from hw3lib.experiments.seeds import SEED_BAND_FILE
