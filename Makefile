@@ -71,7 +71,7 @@ SMOKE_SHORT := HW3_PROFILE=smoke HW3_NOTEBOOK_SHORT=1
 # runs are NLPDL's, read back).
 walk-gsm8k: setup
 	$(SMOKE_SHORT) $(PY) -m hw3lib.workbook.isolated bash -c \
-		'$(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ \
+		'export HW3_EXTRAS=1 && $(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ \
 		 && $(PY) -m hw3lib.workbook.writeup --check \
 		 && HW3_COURSE=cs336-a5-2026 HW3_EXTRAS=0 $(PY) -m hw3lib.workbook.run'
 # The MATH presets (papermill; the stored outputs are NLPDL's, so nbval has nothing to compare): CSE 599-O with
@@ -103,11 +103,12 @@ writeup: setup
 	$(PY) -m hw3lib.workbook.writeup
 
 # A course's own stored outputs (courses/<course>/notebooks/; the default course's are notebooks/ themselves):
-# its workbook at the informative length, then its executed notebooks stored, tidied (hw3lib.workbook.store_outputs).
+# its workbook at the informative length with every section (HW3_EXTRAS=1: a reader sees every path, and CI's nbval
+# walk compares every section against them), then its executed notebooks stored, tidied (hw3lib.workbook.store_outputs).
 COURSE ?= nlpdl-hw3
 store-outputs: setup
-	HW3_PROFILE=smoke HW3_COURSE=$(COURSE) $(PY) -m hw3lib.workbook.run
-	HW3_COURSE=$(COURSE) $(PY) -m hw3lib.workbook.store_outputs --course $(COURSE)
+	HW3_PROFILE=smoke HW3_COURSE=$(COURSE) HW3_EXTRAS=1 $(PY) -m hw3lib.workbook.run
+	HW3_COURSE=$(COURSE) HW3_EXTRAS=1 $(PY) -m hw3lib.workbook.store_outputs --course $(COURSE)
 
 # The notebooks in JupyterLab (the workbook's kernel: the .venv's python3).
 lab: setup

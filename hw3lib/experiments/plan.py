@@ -55,6 +55,9 @@ class Plan:
     items: tuple[PlanItem, ...]
     skipped: tuple[str, ...]
     """What the notebook skips as extras for this course, in words."""
+    expected: str = ""
+    """Off the GPU: how long the notebook took when `make workbook` last ran it with these sections on this
+    kind of machine, in words (hw3lib.workbook.timings.expected_words), or "" where it has not been measured."""
 
     @property
     def total(self) -> tuple[float, float]:
@@ -66,7 +69,8 @@ class Plan:
         skipped = [f"Skipped as extras for the {self.course.handout} handout: {'; '.join(self.skipped)}. To run them, "
                    f"{OPT_IN}."] if self.skipped else []
         if self.profile != "full":
-            return "\n".join([f"{self.profile}: CPU only, no GPU work.", *skipped])
+            return "\n".join([f"{self.profile}: CPU only, no GPU work." + (f" {self.expected}" if self.expected else ""),
+                              *skipped])
         width = max([len(item.what) for item in self.items] + [5])
         head = (f"Notebook {self.notebook}, full profile, {self.course.handout} ({self.course.title}): what it runs and its GPU-hours, "
                 f"{self.card} (every response at the token budget / at half of it; from hw3lib.core.cost):")
@@ -128,8 +132,13 @@ def notebook_plan(notebook: str, profile, course: Course | str | None = None, ex
     skipped = [section_words(s) for s in NOTEBOOK_SECTIONS[notebook] if s not in run]
     if notebook == "05" and "algorithms" not in grids_to_run(run):
         skipped.append(BEYOND_HANDOUTS)
-    if prof.name != "full":  # nothing runs on a GPU
-        return Plan(notebook, f"{prof.name} profile", crs, "", (), tuple(skipped))
+    if prof.name != "full":  # nothing runs on a GPU; the time measured here, where known
+        from hw3lib.core.profile import notebook_short
+        from hw3lib.workbook.timings import expected_words
+
+        measured = not (prof.rehearsal or notebook_short())  # `make workbook`'s length, not CI's short one
+        expected = expected_words(notebook, crs.name, run != set(crs.sections)) if measured else ""
+        return Plan(notebook, f"{prof.name} profile", crs, "", (), tuple(skipped), expected)
     acc, card = plan_accelerator(device)
     if prof.rehearsal:  # the same cost logic, over the rehearsal's own (shrunk) runs
         card += ", for this CPU rehearsal's shrunk runs ($HW3_REHEARSAL=1; a course run is far longer)"

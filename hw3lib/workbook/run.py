@@ -49,8 +49,7 @@ def executed_notebooks_dir() -> Path:
 
 def section_was_run(title: str) -> bool:
     """Whether the notebooks ran the writeup section `title` (hw3lib.workbook.writeup.SECTIONS): those of the
-    course's handout, and the extras when asked for (hw3lib.core.course.sections_to_run: by default every
-    section in smoke, the handout's in the full profile; $HW3_EXTRAS)."""
+    course's handout, and the extras when asked for (hw3lib.core.course.sections_to_run: $HW3_EXTRAS=1)."""
     from hw3lib.core.course import sections_to_run
     from hw3lib.workbook.writeup import handout_asks
 
@@ -83,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds[nb.name[:2]] = time.perf_counter() - start
         print(f"done in {seconds[nb.name[:2]]:.0f} s", flush=True)
     # each notebook's wall time, for `python -m hw3lib.workbook.timings --workbook` (the README's time table)
-    atomic_write_json(out_dir / "timings.json", {"profile": profile, "notebooks": seconds,
+    from hw3lib.core.course import default_course_name, get_course, sections_to_run
+
+    extras = sections_to_run(None, profile) != set(get_course(None).sections)
+    atomic_write_json(out_dir / "timings.json", {"profile": profile, "course": default_course_name(),
+                                                 "extras": extras, "notebooks": seconds,
                                                  "total_s": sum(seconds.values())})
 
     from hw3lib.workbook.writeup import WriteupCheckError, build_writeup, check_writeup, sections_of_notebooks

@@ -44,11 +44,13 @@ def load(path: Path | None = None) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def record(name: str, seconds: float, parts: dict[str, float] | None = None, path: Path | None = None) -> dict:
-    """Store `name`'s wall time (and its parts, e.g. per notebook) in the record; returns the entry."""
+def record(name: str, seconds: float, parts: dict[str, float] | None = None, path: Path | None = None,
+           **setting) -> dict:
+    """Store `name`'s wall time (and its parts, e.g. per notebook; `setting`: what it ran, e.g. course and extras)
+    in the record; returns the entry."""
     path = path or project_root() / RECORD
-    entry = {"minutes": round(seconds / 60, 1), "seconds": round(seconds, 1), "date": dt.date.today().isoformat(), "commit": _commit(),
-             "machine": machine()}
+    entry = {"minutes": round(seconds / 60, 1), "seconds": round(seconds, 1), "date": dt.date.today().isoformat(),
+             "commit": _commit(), "machine": machine(), **setting}
     if parts:
         entry["parts"] = {key: round(value / 60, 1) for key, value in parts.items()}
     atomic_write_json(path, {**load(path), name: entry})
@@ -65,6 +67,20 @@ def time_command(name: str, command: list[str], path: Path | None = None) -> int
     else:
         print(f"{name}: exit status {status}, nothing recorded", file=sys.stderr)
     return status
+
+
+def expected_words(notebook: str, course: str, extras: bool, times: dict | None = None) -> str:
+    """The sentence a smoke notebook prints about its own time: what `make workbook` measured for `notebook`
+    ("04") the last time it ran `course` with these sections (`extras`: every section, else the handout's), or ""
+    where the record has no such run (another course or sections take another time)."""
+    entry = (load() if times is None else times).get("make-workbook")
+    if not entry or entry.get("course") != course or bool(entry.get("extras")) != extras:
+        return ""
+    minutes = entry.get("parts", {}).get(notebook)
+    if minutes is None:
+        return ""
+    return (f"Expected time: about {minutes:g} min on {entry['machine']} (`make workbook`, {entry['date']}, commit "
+            f"{entry['commit']}); a finished run is read back in seconds.")
 
 
 def readme_table(times: dict) -> str:
@@ -110,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.workbook.is_file():
             parser.error(f"{args.workbook}: no such file; `make workbook` writes it beside the executed notebooks")
         run = json.loads(args.workbook.read_text())
-        entry = record("make-workbook", run["total_s"], run["notebooks"])
+        entry = record("make-workbook", run["total_s"], run["notebooks"],
+                       **{key: run[key] for key in ("course", "extras") if key in run})
         print(f"make-workbook: {entry['minutes']} min recorded")
     if args.write_readme:
         write_readme()

@@ -86,10 +86,22 @@ def test_the_other_notebooks_plans():
         notebook_plan("03", "full", "gsm8k-qwen3")
 
 
-def test_smoke_says_in_one_line_that_nothing_runs_on_a_gpu():
-    assert notebook_plan("05", "smoke", "gsm8k-qwen3").text() == "smoke profile: CPU only, no GPU work."
+def test_smoke_says_in_one_line_that_nothing_runs_on_a_gpu(monkeypatch):
+    from hw3lib.workbook import timings
+
+    monkeypatch.delenv("HW3_NOTEBOOK_SHORT", raising=False)
+    monkeypatch.setattr(timings, "load", lambda path=None: {})  # no time measured for this setting
+    assert notebook_plan("05", "smoke", "gsm8k-qwen3", extras=True).text() == "smoke profile: CPU only, no GPU work."
     lines = notebook_plan("04", "smoke", "gsm8k-qwen3", extras=False).text().splitlines()
     assert lines[0] == "smoke profile: CPU only, no GPU work." and "keyword inclusion" in lines[1] and len(lines) == 2
+    measured = {"make-workbook": {"minutes": 9.0, "date": "2026-11-28", "commit": "abc1234", "machine": "2 CPU cores",
+                                  "parts": {"04": 4.5}, "course": "nlpdl-hw3", "extras": False}}
+    monkeypatch.setattr(timings, "load", lambda path=None: measured)
+    first = notebook_plan("04", "smoke", "gsm8k-qwen3", extras=False).text().splitlines()[0]
+    assert first == ("smoke profile: CPU only, no GPU work. Expected time: about 4.5 min on 2 CPU cores (`make "
+                     "workbook`, 2026-11-28, commit abc1234); a finished run is read back in seconds.")
+    monkeypatch.setenv("HW3_NOTEBOOK_SHORT", "1")  # CI's short setting takes another time: none stated
+    assert notebook_plan("04", "smoke", "gsm8k-qwen3", extras=False).text().splitlines()[0].endswith("no GPU work.")
 
 
 def test_the_full_profiles_cpu_rehearsal_runs_the_same_plan_logic_at_its_own_size(monkeypatch):

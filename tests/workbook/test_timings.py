@@ -33,10 +33,24 @@ def test_the_table_shows_minutes_parts_and_what_is_not_measured():
 def test_the_workbooks_timings_file_is_recorded_per_notebook(tmp_path, monkeypatch):
     monkeypatch.setattr(timings, "project_root", lambda: tmp_path)
     run = tmp_path / "timings.json"
-    run.write_text(json.dumps({"profile": "smoke", "notebooks": {"01": 30.0, "04": 600.0}, "total_s": 630.0}))
+    run.write_text(json.dumps({"profile": "smoke", "course": "nlpdl-hw3", "extras": False,
+                               "notebooks": {"01": 30.0, "04": 600.0}, "total_s": 630.0}))
     assert timings.main(["--workbook", str(run)]) == 0
     entry = json.loads((tmp_path / timings.RECORD).read_text())["make-workbook"]
     assert entry["minutes"] == 10.5 and entry["parts"] == {"01": 0.5, "04": 10.0}
+    assert (entry["course"], entry["extras"]) == ("nlpdl-hw3", False)
+
+
+def test_a_notebook_states_its_measured_time_only_for_the_setting_measured():
+    times = {"make-workbook": {"minutes": 30.0, "date": "2026-11-28", "commit": "abc1234", "machine": "2 CPU cores",
+                               "parts": {"04": 4.5, "05": 21.0}, "course": "nlpdl-hw3", "extras": False}}
+    assert timings.expected_words("05", "nlpdl-hw3", False, times) == (
+        "Expected time: about 21 min on 2 CPU cores (`make workbook`, 2026-11-28, commit abc1234); a finished run "
+        "is read back in seconds.")
+    assert timings.expected_words("05", "nlpdl-hw3", True, times) == ""  # every section takes longer
+    assert timings.expected_words("05", "cs336-a5", False, times) == ""  # another course, other runs
+    assert timings.expected_words("06", "nlpdl-hw3", False, times) == ""  # not measured
+    assert timings.expected_words("05", "nlpdl-hw3", False, {}) == ""
 
 
 def test_the_readme_table_is_rendered_from_the_record():
