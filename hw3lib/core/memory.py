@@ -7,14 +7,17 @@
 | float32 master weights | 4 P | 4 P (the frozen base stays float32: hw3lib.models.load) + 4 A | measured: checkpoints hold 4.02 bytes/parameter (bench/results/rehearse.json) |
 | AdamW's two moments | 8 P | 8 A | measured: 8.00 bytes/parameter (same file) |
 | gradients (float32) | 4 P | 4 A | freed after each optimizer step (`zero_grad(set_to_none=True)`) |
-| autocast's bf16 weight copies | 2 P | 2 P, or with checkpointing the head's and one layer's; + 2 A | see below |
+| bf16 weight copies | 2 P: the working copy (`working_copy`, resident for the whole run) | 2 P autocast copies, or with checkpointing the head's and one layer's; + 2 A | see below |
 | KL monitoring's reference | 2 P (`monitor_kl`) | 0: the base with adapters disabled | hw3lib.grpo.loop |
 | activations | tokens x layers x `ACTIVATION_BYTES_PER_TOKEN_LAYER` x (width / 1,024) | + each adapted layer's input once more | measured: bench/results/memory_calibration.json |
 | logits | response tokens x 2 x `LOGITS_BYTES_PER_TOKEN` x (vocabulary / 151,936) | same | measured: same file (held twice in the backward: with their gradient) |
 | output-head gradient | 6 x vocabulary x width (bf16, then its float32 cast) | 0: the head is frozen | the backward's first step |
 
-Why the copies differ: autocast caches its bf16 cast of a weight only for leaves that require a gradient
-(torch's `autocast_mode.cpp`, `cached_cast`), so full fine-tuning keeps 2 P for the whole forward/backward.
+Why the copies differ: full fine-tuning runs through a bf16 working copy refreshed once per optimizer step
+(hw3lib.core.precision.MasterWeights), 2 P that stays resident between steps too, while a colocated engine
+generates (`trainer_resident_between_steps` counts it: +1.1 GiB at Qwen3-0.6B); autocast over the float32 masters
+held the same 2 P only during each forward/backward (its cast cache keeps casts of leaves that require a gradient:
+torch's `autocast_mode.cpp`, `cached_cast`).
 LoRA's frozen weights are cast anew at each use and each cast is saved for the backward of its layer's input:
 2 P without checkpointing, the output head's and one decoder layer's with it. For the same reason each adapted
 layer's input is cast to bf16 once more for its adapter A and saved (2 bytes x its input width per token and
@@ -48,7 +51,7 @@ estimate); its cache is freed between calls.
 and allocator slack, an estimate):
 
 - GRPO colocated (`grpo_plan`): generation = the engine awake beside the trainer's resident state (masters,
-  moments, reference); training = the trainer's peak beside the sleeping engine. On a second GPU: the engine
+  moments, reference, working copy); training = the trainer's peak beside the sleeping engine. On a second GPU: the engine
   alone on one, the trainer alone on the other.
 - SFT (`sft_plan`): the same two moments -- validation (engine awake) and training (engine asleep).
 - Expert iteration (`ei_plan`): sampling (engine awake beside the resident trainer; the moments persist across
@@ -220,7 +223,7 @@ def trainer_parts(shape: Shape, micro_tokens: int, micro_response_tokens: int, m
                 "activations": activation_bytes(shape, micro_tokens, micro_response_tokens, checkpointing,
                                                  precision, extra)}
     return {"masters": MASTER_BYTES * p, "adam": ADAM_BYTES * p, "grads": GRAD_BYTES * p,
-            "autocast_copies": low * p,
+            "working_copy": low * p,
             "output_head_gradient": (low + GRAD_BYTES) * shape.embedding_params,
             "reference": DTYPE_BYTES[precision] * p if monitor_kl else 0,
             "activations": activation_bytes(shape, micro_tokens, micro_response_tokens, checkpointing, precision)}
@@ -238,8 +241,9 @@ def trainer_peak(parts: dict[str, int], first_step: bool = False) -> int:
 
 
 def trainer_resident_between_steps(parts: dict[str, int]) -> int:
-    """What the trainer keeps while the engine generates: masters, AdamW's moments, the reference."""
-    return parts["masters"] + parts["adam"] + parts["reference"]
+    """What the trainer keeps while the engine generates: masters, AdamW's moments, the reference and the bf16
+    working copy (full fine-tuning in bf16; LoRA's autocast copies are freed after each backward)."""
+    return parts["masters"] + parts["adam"] + parts["reference"] + parts.get("working_copy", 0)
 
 
 @dataclass(frozen=True)

@@ -40,14 +40,15 @@ def test_the_course_models_parameters_and_kv_cache():
 
 def test_trainer_parts_and_peak_by_hand():
     parts = cost.trainer_parts(TOY, micro_tokens=10, micro_response_tokens=4, monitor_kl=True)
-    assert (parts["masters"], parts["adam"], parts["grads"], parts["autocast_copies"],
+    assert (parts["masters"], parts["adam"], parts["grads"], parts["working_copy"],
             parts["reference"]) == (4000, 8000, 4000, 2000, 2000)
     # 10 tokens x 2 layers x A (width 1,024: factor 1) + 4 response tokens x 2 x L (the logits and their gradient)
     assert parts["activations"] == 10 * 2 * cost.ACTIVATION_BYTES_PER_TOKEN_LAYER + 4 * 2 * cost.LOGITS_BYTES_PER_TOKEN
     assert parts["output_head_gradient"] == 6 * 151936 * 1024  # bf16 [V, h] and its float32 cast
     # 4000 + 8000 + 4000 + 2000 + 2000 + the head's gradient + the activations: the fused optimizer step adds nothing
     assert cost.trainer_peak(parts) == 20000 + parts["output_head_gradient"] + parts["activations"]
-    assert cost.trainer_resident_between_steps(parts) == 4000 + 8000 + 2000
+    # masters, moments, the reference and the bf16 working copy, which stays while the engine generates (issue 45)
+    assert cost.trainer_resident_between_steps(parts) == 4000 + 8000 + 2000 + 2000
     no_kl = cost.trainer_parts(TOY, 10, 4, monitor_kl=False)
     assert no_kl["reference"] == 0
     # activations scale with the width, logits with the vocabulary
@@ -73,11 +74,12 @@ def test_gpu_plan_colocated_and_on_a_second_gpu_by_hand():
     assert peak == 20 * GiB
     plan = cost.gpu_plan(shape, micro_batch=1, prompt_tokens=0, response_tokens=0, share=0.5,
                          device_bytes=80 * GiB)
-    # awake engine 40 GiB beside the resident 12 GiB + 2 GiB runtime; training 22 GiB + the sleeping engine
-    assert plan.generation_peak == 54 * GiB and plan.training_peak == 20 * GiB + cost.SLEEPING_ENGINE_BYTES
-    assert plan.fits and plan.max_colocated_share == 0.82  # (80 - 14) / 80 = 0.825, rounded down
+    # awake engine 40 GiB beside the resident 4 + 8 + 2 (the bf16 working copy) + 2 GiB runtime; training 22 GiB
+    # + the sleeping engine
+    assert plan.generation_peak == 56 * GiB and plan.training_peak == 20 * GiB + cost.SLEEPING_ENGINE_BYTES
+    assert plan.fits and plan.max_colocated_share == 0.8  # (80 - 16) / 80
     crowded = cost.gpu_plan(shape, 1, 0, 0, share=0.9, device_bytes=80 * GiB)
-    assert not crowded.fits  # 72 + 14 > 80
+    assert not crowded.fits  # 72 + 16 > 80
     second = cost.gpu_plan(shape, 1, 0, 0, share=0.9, colocated=False, device_bytes=80 * GiB)
     # the engine alone on its GPU: its share and its process's CUDA context
     assert second.fits and (second.generation_peak, second.training_peak) == (
@@ -240,7 +242,7 @@ def test_gradient_checkpointing_by_hand():
     # (10 x 82,100) and the logits (unchanged: the head is outside the checkpointed layers)
     assert cost.activation_bytes(TOY, 10, 4, checkpointing=True) == 81_920 + 821_000 + 2_515_200
     full = cost.trainer_parts(TOY, 10, 4, monitor_kl=False, checkpointing=True)
-    assert full["autocast_copies"] == 2000  # full fine-tuning: autocast caches every weight's copy anyway
+    assert full["working_copy"] == 2000  # full fine-tuning: the bf16 working copy of every weight
     # LoRA with checkpointing: only the head's and one layer's frozen copies are held at once:
     # 2 x (155,582,464 + (400,000,000 - 155,582,464) // 2 layers + the adapters)
     lora = cost.trainer_parts(LORA_TOY, 10, 4, monitor_kl=False, lora_rank=4, checkpointing=True)
@@ -255,7 +257,7 @@ def test_gradient_checkpointing_by_hand():
 
 def test_float32_training_by_hand():
     parts = cost.trainer_parts(TOY, 10, 4, monitor_kl=True, precision="float32")
-    assert parts["autocast_copies"] == 0 and parts["reference"] == 4000  # no autocast; a float32 reference
+    assert parts["working_copy"] == 0 and parts["reference"] == 4000  # the working copy shares the masters; a float32 reference
     assert parts["output_head_gradient"] == 4 * 151936 * 1024  # the head's gradient straight in float32
     assert parts["activations"] == 2 * (10 * 2 * 82_100) + 2 * (4 * 2 * 314_400)  # twice the bf16 bytes
     lora = cost.trainer_parts(LORA_TOY, 10, 4, monitor_kl=False, lora_rank=4, precision="float32")
@@ -276,15 +278,16 @@ def test_engine_needs_by_hand():
 
 def test_training_plans_by_hand():
     trainer = cost.Trainer(micro_batch=1, prompt_tokens=0, response_tokens=0)
-    # ROUND's trainer: peak 4 + 8 + 4 + 2 = 18 GiB + 2 GiB runtime; resident 4 + 8 = 12 GiB + 2 GiB runtime
+    # ROUND's trainer: peak 4 + 8 + 4 + 2 = 18 GiB + 2 GiB runtime; resident 4 + 8 + 2 (the bf16 working copy)
+    # = 14 GiB + 2 GiB runtime
     plan = cost.grpo_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB)
-    # generation: 14 GiB + the engine's 40; training: 20 GiB + the sleeping engine's 2
-    assert plan.peaks == {"generation": 54 * GiB, "training": 22 * GiB} and plan.fits
+    # generation: 16 GiB + the engine's 40; training: 20 GiB + the sleeping engine's 2
+    assert plan.peaks == {"generation": 56 * GiB, "training": 22 * GiB} and plan.fits
     assert plan.engine_needs == 4 * GiB  # 2 GiB of bf16 weights + 2 GiB workspace (no context: max_positions 0)
-    assert (plan.min_share, plan.max_share) == (0.05, 0.82)  # 4 / 80; (80 - 14) / 80 = 0.825 rounded down
-    assert cost.sft_plan(ROUND, trainer, cost.Engine(), 80 * GiB).peaks == {"validation": 54 * GiB,
+    assert (plan.min_share, plan.max_share) == (0.05, 0.8)  # 4 / 80; (80 - 16) / 80
+    assert cost.sft_plan(ROUND, trainer, cost.Engine(), 80 * GiB).peaks == {"validation": 56 * GiB,
                                                                               "training": 22 * GiB}
-    assert cost.ei_plan(ROUND, trainer, cost.Engine(), 80 * GiB).peaks == {"sampling": 54 * GiB, "sft": 22 * GiB}
+    assert cost.ei_plan(ROUND, trainer, cost.Engine(), 80 * GiB).peaks == {"sampling": 56 * GiB, "sft": 22 * GiB}
     # on two GPUs: the engine alone (its share + its process's 0.5 GiB context), the trainer alone
     apart = cost.grpo_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB, colocated=False)
     assert apart.peaks == {"generation (engine's GPU)": 40 * GiB + GiB // 2, "training (policy's GPU)": 20 * GiB}
@@ -297,11 +300,11 @@ def test_evaluation_async_and_transformers_plans_by_hand():
     # evaluation: the engine's 0.75 x 80 = 60 GiB and its process's context
     assert cost.eval_plan(ROUND, cost.Engine(share=0.75), 80 * GiB).peaks == {"evaluation": 60 * GiB + GiB // 2}
     # async on one GPU at 0.5: training = the learner's 20 + its sleeping engine's 2 + the generator's 0.5 + 40;
-    # validation = the learner's resident 14 + 0.5 + both engines awake, 80
+    # validation = the learner's resident 16 + 0.5 + both engines awake, 80
     same = cost.async_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB)
-    assert same.peaks == {"training": 62 * GiB + GiB // 2, "validation": 94 * GiB + GiB // 2} and not same.fits
-    # the largest share: min((80 - 22.5) / 80, (80 - 14.5) / (2 x 80)) = min(0.71875, 0.409375) -> 0.40
-    assert same.max_share == 0.4 and same.with_share(0.4).fits
+    assert same.peaks == {"training": 62 * GiB + GiB // 2, "validation": 96 * GiB + GiB // 2} and not same.fits
+    # the largest share: min((80 - 22.5) / 80, (80 - 16.5) / (2 x 80)) = min(0.71875, 0.396875) -> 0.39
+    assert same.max_share == 0.39 and same.with_share(0.39).fits
     # async on two GPUs: the learner's engine sits on the rollout GPU too, awake: 2 x 0.5 GiB + 2 x 40 GiB
     apart = cost.async_plan(ROUND, trainer, cost.Engine(share=0.5), 80 * GiB, same_gpu=False)
     assert apart.peaks == {"generation and validation (engine's GPU)": 81 * GiB, "training (policy's GPU)": 20 * GiB}
@@ -310,8 +313,8 @@ def test_evaluation_async_and_transformers_plans_by_hand():
     # 4 bytes of KV per token (2 x 1 layer x 1 head x 1 x 2 bytes); asleep it keeps its weights
     engine = cost.Engine("transformers", batch=2, prompt_tokens=3, max_tokens=5)
     plan = cost.grpo_plan(ROUND, trainer, engine, 80 * GiB)
-    assert plan.peaks == {"generation": 14 * GiB + 2 * GiB + 64, "training": 20 * GiB + 2 * GiB} and plan.fits
+    assert plan.peaks == {"generation": 16 * GiB + 2 * GiB + 64, "training": 20 * GiB + 2 * GiB} and plan.fits
     # a float32 engine wrapping the policy: no weights of its own, a float32 cache
     wrapped = cost.grpo_plan(ROUND, trainer, cost.Engine("transformers", dtype="float32", batch=2, prompt_tokens=3,
                                                          max_tokens=5, wraps_policy=True), 80 * GiB)
-    assert wrapped.peaks == {"generation": 14 * GiB + 128, "training": 20 * GiB}
+    assert wrapped.peaks == {"generation": 16 * GiB + 128, "training": 20 * GiB}
