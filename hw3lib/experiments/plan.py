@@ -57,7 +57,7 @@ class Plan:
     """What the notebook skips as extras for this course, in words."""
     expected: str = ""
     """Off the GPU: how long the notebook took when `make workbook` last ran it with these sections on this
-    kind of machine, in words (hw3lib.workbook.timings.expected_words), or "" where it has not been measured."""
+    kind of machine, in words (hw3lib.core.command_times.expected_words), or "" where it has not been measured."""
 
     @property
     def total(self) -> tuple[float, float]:
@@ -134,7 +134,7 @@ def notebook_plan(notebook: str, profile, course: Course | str | None = None, ex
         skipped.append(BEYOND_HANDOUTS)
     if prof.name != "full":  # nothing runs on a GPU; the time measured here, where known
         from hw3lib.core.profile import notebook_short
-        from hw3lib.workbook.timings import expected_words
+        from hw3lib.core.command_times import expected_words
 
         measured = not (prof.rehearsal or notebook_short())  # `make workbook`'s length, not CI's short one
         expected = expected_words(notebook, crs.name, run != set(crs.sections)) if measured else ""

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from hw3lib.core.command_times import RECORD, expected_words, load  # noqa: F401 (the record is read there)
 from hw3lib.core.io import atomic_write_json, project_root
 
-RECORD = Path("bench") / "results" / "command_times.json"
 BEGIN = "<!-- command times: python -m hw3lib.workbook.timings --write-readme -->"
 END = "<!-- end of command times -->"
 COMMANDS = {"make-test": "`make test` (what CI runs)", "make-workbook": "`make workbook` (smoke, the informative length)"}
@@ -37,11 +37,6 @@ def _commit() -> str:
 
 def machine() -> str:
     return f"{os.cpu_count()} CPU cores"
-
-
-def load(path: Path | None = None) -> dict:
-    path = path or project_root() / RECORD
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def record(name: str, seconds: float, parts: dict[str, float] | None = None, path: Path | None = None,
@@ -67,20 +62,6 @@ def time_command(name: str, command: list[str], path: Path | None = None) -> int
     else:
         print(f"{name}: exit status {status}, nothing recorded", file=sys.stderr)
     return status
-
-
-def expected_words(notebook: str, course: str, extras: bool, times: dict | None = None) -> str:
-    """The sentence a smoke notebook prints about its own time: what `make workbook` measured for `notebook`
-    ("04") the last time it ran `course` with these sections (`extras`: every section, else the handout's), or ""
-    where the record has no such run (another course or sections take another time)."""
-    entry = (load() if times is None else times).get("make-workbook")
-    if not entry or entry.get("course") != course or bool(entry.get("extras")) != extras:
-        return ""
-    minutes = entry.get("parts", {}).get(notebook)
-    if minutes is None:
-        return ""
-    return (f"Expected time: about {minutes:g} min on {entry['machine']} (`make workbook`, {entry['date']}, commit "
-            f"{entry['commit']}); a finished run is read back in seconds.")
 
 
 def readme_table(times: dict) -> str:

@@ -87,7 +87,7 @@ def test_the_other_notebooks_plans():
 
 
 def test_smoke_says_in_one_line_that_nothing_runs_on_a_gpu(monkeypatch):
-    from hw3lib.workbook import timings
+    from hw3lib.core import command_times as timings
 
     monkeypatch.delenv("HW3_NOTEBOOK_SHORT", raising=False)
     monkeypatch.setattr(timings, "load", lambda path=None: {})  # no time measured for this setting
