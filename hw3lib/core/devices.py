@@ -134,6 +134,16 @@ def _ram_bytes() -> int:
         return 0
 
 
+def cpu_threads() -> int:
+    """The CPU threads this process should compute on: `$OMP_NUM_THREADS` when it is set to a number (`make test`
+    sets 1 in each of the two walks it runs at once, and a grid worker gets its share), else the cores this
+    process may run on. More torch threads than that wait at thread barriers on each other: two walks of two
+    threads each on 2 cores ran a 27-second SFT cell in 404 s (2026-11-29)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return max(1, min(cores, int(value))) if value.isdigit() else cores
+
+
 def detect_device() -> DeviceInfo:
     """The first CUDA GPU (and how many there are); else the card `$HW3_SIMULATE_GPU` names; else the CPU."""
     import torch

@@ -25,7 +25,7 @@ import numpy as np
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from hw3lib.core.runs import SAMPLES_DIR
-
+from hw3lib.core.stats import question_outcomes
 from hw3lib.generation import SamplingConfig
 from hw3lib.tasks.data import format_prompt
 from hw3lib.tasks.prompt_table import stop_strings_for
@@ -109,7 +109,7 @@ def read_outcomes(run_dir: str | Path, name: str, n: int) -> Outcomes | None:
     if not (folder / f"{name}.jsonl").is_file():
         return None
     samples = read_jsonl(folder / f"{name}.jsonl")
-    if len(samples) != n or any(s.get("answer_reward") not in (0, 1) for s in samples):
+    outcomes = question_outcomes(samples, n)
+    if outcomes is None:
         return None
-    return Outcomes(tuple(int(s["answer_reward"]) for s in samples),
-                    questions_digest([s.get("question", "") for s in samples]))
+    return Outcomes(tuple(outcomes), questions_digest([s.get("question", "") for s in samples]))

@@ -35,6 +35,7 @@ import time
 from collections.abc import Collection, Sequence
 
 from hw3lib.core.course import SECTIONS
+from hw3lib.core.devices import cpu_threads
 from hw3lib.experiments.grids import GRIDS, GridResult, run_sweep
 from hw3lib.core.io import runs_dir, shown_path
 
@@ -83,12 +84,13 @@ def grid_workers(profile: str, gpus: Sequence[str] = (), workers: int | None = N
                  cpus: int | None = None) -> list[dict[str, str]]:
     """One environment (variables to set) per worker slot: in the full profile one slot per GPU of `gpus`, with
     `CUDA_VISIBLE_DEVICES` set to that GPU (at most `workers` of them; one slot without it if there is no GPU),
-    elsewhere `workers` slots (default `SMOKE_WORKERS`); each slot's `OMP_NUM_THREADS` its share of `cpus`."""
+    elsewhere `workers` slots (default `SMOKE_WORKERS`); each slot's `OMP_NUM_THREADS` its share of `cpus`
+    (default: this process's, `hw3lib.core.devices.cpu_threads`)."""
     if profile == "full":
         slots = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus][:workers or None] or [{}]
     else:
         slots = [{} for _ in range(workers or SMOKE_WORKERS)]
-    threads = str(max(1, (cpus or os.cpu_count() or 1) // len(slots)))
+    threads = str(max(1, (cpus or cpu_threads()) // len(slots)))
     return [{**slot, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for slot in slots]
 
 

@@ -73,11 +73,18 @@ def schedule_comparison(profile: str | None = None, **overrides) -> tuple[GRPOCo
 
 
 def run_schedules(cfg: GRPOConfig, schedules: Mapping[str, AsyncConfig | None], resume: bool = True,
-                  sync_threads: int = 2) -> dict[str, RunResult]:
-    """Train `cfg` once per schedule (None: the synchronous loop with `sync_threads` torch threads);
+                  sync_threads: int | None = None) -> dict[str, RunResult]:
+    """Train `cfg` once per schedule (None: the synchronous loop with `sync_threads` torch threads, by default
+    as many as an async run's two actors use together, within `hw3lib.core.devices.cpu_threads`);
     finished runs are reused, interrupted ones resumed. One local Ray instance serves all async runs."""
     import ray
     import torch
+
+    from hw3lib.core.devices import cpu_threads
+
+    if sync_threads is None:
+        actors = AsyncConfig()
+        sync_threads = min(actors.generator_threads + actors.learner_threads, cpu_threads())
 
     results: dict[str, RunResult] = {}
     started_ray = False
