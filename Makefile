@@ -56,15 +56,17 @@ TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 tests/
 	# Then every course preset's notebooks, in the smoke profile and in the full profile's CPU rehearsal: four
-	# walks, two at a time, each computing on one thread ($(SHARED_CORES)); --output-sync prints each walk's log
-	# whole when it ends.
-	$(SHARED_CORES) $(MAKE) --no-print-directory -j2 --output-sync=target walk-gsm8k rehearse-math walk-math \
+	# walks at once, each computing on one thread ($(SHARED_CORES)); --output-sync prints each walk's log whole
+	# when it ends.
+	$(SHARED_CORES) $(MAKE) --no-print-directory -j4 --output-sync=target walk-gsm8k rehearse-math walk-math \
 		rehearse-gsm8k REHEARSE_EXTRAS=0
 
-# Two walks at once on 2 cores: one torch thread per process, and vLLM's CPU engine leaves its threads unpinned
-# (by default it binds them to cores it picks itself). With two threads each, threads of one walk wait at barriers
-# for threads the other walk had taken the core from: notebook 05's SFT cell (27 s alone) took 404 s beside a
-# rehearsal walk, and 35 s with these settings (2026-11-29; hw3lib.core.devices.cpu_threads reads the same budget).
+# Walks that share the 2 cores: one torch thread per process, and vLLM's CPU engine leaves its threads unpinned (by
+# default it binds them to cores it picks itself). With two threads each, a walk's threads wait at barriers for
+# threads another walk had taken the core from: notebook 05's SFT cell (27 s alone) took 404 s beside a rehearsal
+# walk, and 35 s with these settings. A walk alone then keeps about 0.7 of a core busy (kernel start-ups, grid
+# workers, files), so four at once finish sooner than two pairs: 22.3 min against 12.5 + 13.6 (2026-11-29, 2-core
+# AMD EPYC; hw3lib.core.devices.cpu_threads reads the same budget).
 SHARED_CORES := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind
 
 # HW3_NOTEBOOK_SHORT=1: notebooks 04 and 05 run 3 GRPO steps of 64 rollouts per run from a 60-step warm start and

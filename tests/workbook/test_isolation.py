@@ -148,8 +148,11 @@ def test_make_test_runs_every_presets_notebooks_in_a_temporary_output_folder():
     makefile = (REPO_ROOT / "Makefile").read_text()
     commands = _recipe(makefile, "test")
     assert any(re.search(r"-m pytest .*tests/", c) for c in commands)  # isolated by tests/conftest.py
-    walks = re.search(r"-j2 .*", " ".join(commands)).group(0).split()
+    walks = re.search(r"\$\(SHARED_CORES\) \$\(MAKE\) .*-j4 .*", " ".join(commands)).group(0).split()
     assert {"walk-gsm8k", "walk-math", "rehearse-gsm8k", "rehearse-math", "REHEARSE_EXTRAS=0"} <= set(walks)
+    # the four walks share the cores: one torch thread each, vLLM's CPU threads unpinned
+    assert re.search(r"^SHARED_CORES := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind$",
+                     makefile, flags=re.M)
     gsm8k, math = _recipe(makefile, "walk-gsm8k"), _recipe(makefile, "walk-math")
     assert len(gsm8k) == len(math) == 1 and all("$(SMOKE_SHORT) $(PY) -m hw3lib.workbook.isolated" in c
                                                 for c in gsm8k + math)
