@@ -60,6 +60,8 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
 - Architectures vLLM serves through its Transformers backend (OLMo-2, CS336 2026's model) start eager, and the
   transformers classes it decorates in place are restored after the engine is built
   (hw3lib.generation.vllm_backend_guard): otherwise the trainer's policy, an instance of the same class, fails.
+- On CPU the engine starts with torch's "NUMA binding: Using MEMBIND policy" log line dropped
+  (hw3lib.core.stderr_filter): vLLM's CPU worker writes it at every start, and it says nothing to act on.
 - `close` also unregisters the torch.compile hooks vLLM left pinning the model
   (`_release_compiled_model`): without it every engine closed in a process kept its weights.
 """
@@ -71,10 +73,12 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
+from hw3lib.core.stderr_filter import MEMBIND_NOTICE, dropping_stderr_lines
 from hw3lib.generation.base import Sample, SamplingConfig, derive_seed, encode_prompts
 
 CPU_MAX_MODEL_LEN = 4096  # default context of an engine on CPU (see the module docstring)
@@ -136,7 +140,8 @@ class VLLMEngine:
             llm_kwargs["enforce_eager"] = True  # the restored classes run their plain forward: no compiled graph
         self.progress = progress
         self._hooks_before = set(_compile_hooks())  # what close() must not touch (see _release_compiled_model)
-        with classes_kept(*(architecture_modules(path) if backend else ())):
+        quiet = dropping_stderr_lines(MEMBIND_NOTICE) if current_platform.device_type == "cpu" else nullcontext()
+        with classes_kept(*(architecture_modules(path) if backend else ())), quiet:
             self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                                 max_model_len=max_model_len, enable_sleep_mode=self.sleep_mode,
                                 logprobs_mode="processed_logprobs", **llm_kwargs)

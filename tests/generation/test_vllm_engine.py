@@ -187,3 +187,21 @@ def test_a_cached_prefix_does_not_keep_old_weights(engine, hf_engine, prompts):
     engine.load_weights(perturbed.state_dict())  # the real push: weights and a cleared cache
     assert [s[0].token_ids for s in engine.generate(prompts, greedy)] == expected
     engine.load_weights(original.state_dict())
+
+
+def test_an_engine_start_on_cpu_leaves_out_the_membind_line(tiny_model_dir):
+    """vLLM's CPU worker logs torch's "NUMA binding: Using MEMBIND policy" line (through c10, straight to fd 2) at
+    the first engine start of a process: every rehearsal log carried it. A fresh process starts one engine; its
+    stderr must keep vLLM's own lines and lose that one (hw3lib.core.stderr_filter)."""
+    import subprocess
+    import sys
+
+    script = ("from hw3lib.generation import make_engine\n"
+              f"engine = make_engine('vllm', {str(tiny_model_dir)!r}, device='cpu', gpu_memory_utilization=0.15, "
+              f"max_model_len={MAX_MODEL_LEN}, enforce_eager=True, progress=False)\n"
+              "engine.close()\nprint('engine started and closed')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "engine started and closed" in done.stdout
+    assert "NUMA binding" not in done.stderr
+    assert "vllm" in done.stderr.lower() or "INFO" in done.stderr, done.stderr[-2000:]  # the rest came back
