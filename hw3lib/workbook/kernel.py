@@ -9,6 +9,10 @@ removed when the process that started the kernel exits). jupyter_client's own IP
 the connection file, or `kernel-ipc-<n>` relative to the working directory when it has none yet; `make test` starts
 kernels from two walks at once in the same notebooks/ folder, and two kernels that pick the same names do not
 answer (seen: both walks stalled for 60 s). A folder per kernel makes the names unique whatever starts them.
+jupyter_client also sends SIGINT before every shutdown request. The workbook shuts a kernel down only after its last
+cell has finished, so that interrupt finds it idle and only makes ipykernel log "KeyboardInterrupt caught in
+kernel" into the `make` log, now and then; `IPCKernelManager` skips it during a shutdown (a cell that times out is
+still interrupted by nbclient first, and a kernel that ignores the shutdown request still gets SIGTERM, then SIGKILL).
 `IPCKernelManager` is passed to papermill (hw3lib.workbook.run) and swapped into nbval by notebooks/conftest.py.
 """
 
@@ -35,3 +39,8 @@ class IPCKernelManager(KernelManager):
         # Not removed at the kernel's shutdown: a restarted kernel binds the same paths again.
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         return os.path.join(folder, "ipc")
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.shutting_down:  # see the module docstring: the kernel is idle, the interrupt would only be logged
+            return
+        await super()._async_interrupt_kernel()

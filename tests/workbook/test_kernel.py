@@ -56,3 +56,17 @@ def test_the_workbook_and_nbval_use_the_ipc_manager():
                            "nbval.kernel.KernelManager().transport)"],
                           capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert done.stdout.split() == ["IPCKernelManager", "ipc"], done.stderr
+
+
+def test_a_shutdown_does_not_interrupt_the_idle_kernel_but_other_interrupts_go_through():
+    import asyncio
+
+    import pytest
+
+    from hw3lib.workbook.kernel import IPCKernelManager
+
+    manager = IPCKernelManager()  # no kernel started: jupyter_client's own interrupt refuses that
+    with pytest.raises(RuntimeError, match="No kernel is running"):
+        asyncio.run(manager._async_interrupt_kernel())  # a cell's timeout: delegated to jupyter_client
+    manager.shutting_down = True
+    asyncio.run(manager._async_interrupt_kernel())  # during a shutdown: skipped, nothing raised, nothing sent
