@@ -363,6 +363,13 @@ def grid_run_name(grid: str, label: str, change: dict) -> str:
     return f"{grid}/{label}-{hashlib.sha1(canonical.encode()).hexdigest()[:8]}"
 
 
+def shared_start(base: GRPOConfig) -> dict:
+    """What a seed replica of `base` adds besides its seed: the base's own warm start (`warm_start_seed`), so that
+    replicas differ in training luck only, as a grid's configs do; nothing for a run without a warm start. The
+    replica's run name says `_shared_start` (earlier replicas, each from its own warm start, keep their folders)."""
+    return {"warm_start_seed": base.seed} if base.warm_start_steps else {}
+
+
 def build_grid(name: str, profile: str | None = None, steps: int | None = None, seeds: Sequence[int] | None = None,
                choices: dict | None = None) -> Grid:
     """The grid `name` in `profile` (default: $HW3_PROFILE / GPU present), `steps` GRPO steps per run
@@ -379,8 +386,8 @@ def build_grid(name: str, profile: str | None = None, steps: int | None = None, 
     for label, change in changes.items():
         groups[label] = []
         for i, seed in enumerate(seeds):
-            run_label = label if i == 0 else f"{label}_seed{seed}"
-            seeded = change if seed == base.seed else {**change, "seed": seed}
+            seeded = change if seed == base.seed else {**change, "seed": seed, **shared_start(base)}
+            run_label = label if i == 0 else f"{label}_seed{seed}" + ("_shared_start" if shared_start(base) else "")
             configs[run_label] = base.replace(name=grid_run_name(name, run_label, seeded), **seeded)
             all_changes[run_label] = dict(seeded)
             groups[label].append(run_label)

@@ -10,6 +10,7 @@ The grids themselves (which configs, which questions) are `hw3lib.experiments.gr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -123,10 +124,12 @@ def shared_run_name(cfg: GRPOConfig) -> str:
     if (root / cfg.name / "config.json").is_file():
         return cfg.name
     key = config_key(cfg.to_dict())
+    # a setting hw3lib added after a run was made counts as its default there (as on resume: config_differences)
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
     for path in sorted(root.glob("*/*/config.json")):
         if path.parent.parent.name in GRID_NAMES or (path.parent.parent / GRID_FILE).is_file():
             try:
-                if config_key(json.loads(path.read_text())) == key:
+                if config_key({**defaults, **json.loads(path.read_text())}) == key:
                     return f"{path.parent.parent.name}/{path.parent.name}"
             except (OSError, json.JSONDecodeError):
                 continue  # a half-written folder of another run is not a match

@@ -10,6 +10,11 @@ band a difference of two single runs must exceed) to `runs/seed_replicas/seed_ba
 reads it back; `hw3lib.experiments.compare` then holds every one-seed grid's differences to that band as well as the
 question-sampling band, and the reading says the band is the base's, measured on its replicas.
 
+The replicas start from the base's own warm start (`GRPOConfig.warm_start_seed`; hw3lib.experiments.grids.shared_start),
+as every config of a grid does, so the band is training's run-to-run variation, not the warm start's: when each seed
+also drew its own warm start (measured 2026-11-29), the smoke replicas began at 34.4%, 42.6% and 22.7%, ended at 51.6%,
+60.2% and 31.6%, and the band (±41.4 points) declared every grid difference within noise.
+
 The band is measured on the base recipe; grids whose runs differ in schedule or length (baselines' on-policy
 batches, the broad off-policy runs) borrow it, which the reading's "base replicas" states.
 """

@@ -102,8 +102,14 @@ def initial_policy_source(cfg, warm_start_prompt: str | None = None) -> str:
     if not cfg.warm_start_steps:
         return cfg.model
     return str(sft_warm_start(resolve_model(cfg.model), warm_start_records(cfg), steps=cfg.warm_start_steps,
-                              lr=cfg.warm_start_lr, batch_size=cfg.warm_start_batch_size, seed=cfg.seed,
+                              lr=cfg.warm_start_lr, batch_size=cfg.warm_start_batch_size,
+                              seed=warm_start_seed(cfg),
                               prompt=warm_start_prompt or cfg.prompt, working_fraction=cfg.warm_start_working_fraction))
+
+
+def warm_start_seed(cfg) -> int:
+    """The seed of a run's warm start, its data included: `cfg.warm_start_seed`, else the run's own seed."""
+    return cfg.seed if getattr(cfg, "warm_start_seed", None) is None else cfg.warm_start_seed
 
 
 def warm_start_records(cfg) -> list[dict]:
@@ -115,7 +121,7 @@ def warm_start_records(cfg) -> list[dict]:
     """
     from hw3lib.tasks.data import load_questions, make_arithmetic_problems, synthetic_math_folder
 
-    seed = cfg.seed + 2_000_003
+    seed = warm_start_seed(cfg) + 2_000_003
     if cfg.dataset == "math-synthetic":
         return load_questions(str(synthetic_math_folder(seed)), "train", cfg.warm_start_examples)
     return make_arithmetic_problems(cfg.warm_start_examples, seed=seed, max_operand=cfg.arithmetic_max_operand)

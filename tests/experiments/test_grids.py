@@ -135,10 +135,14 @@ def test_dependent_grids_need_their_choices_and_seeds_repeat_configs():
     with pytest.raises(ValueError, match="unknown grid"):
         build_grid("nope", "smoke")
     grid = build_grid("baselines", "smoke", seeds=[0, 1])
-    assert grid.groups == {"reinforce_with_baseline": ["reinforce_with_baseline", "reinforce_with_baseline_seed1"],
-                           "no_baseline": ["no_baseline", "no_baseline_seed1"]}
-    assert grid.configs["no_baseline_seed1"].seed == 1 and grid.changes["no_baseline_seed1"] == {
-        **grid.changes["no_baseline"], "seed": 1}
+    assert grid.groups == {"reinforce_with_baseline": ["reinforce_with_baseline",
+                                                       "reinforce_with_baseline_seed1_shared_start"],
+                           "no_baseline": ["no_baseline", "no_baseline_seed1_shared_start"]}
+    replica = grid.configs["no_baseline_seed1_shared_start"]
+    assert replica.seed == 1 and replica.warm_start_seed == 0 and grid.changes["no_baseline_seed1_shared_start"] == {
+        **grid.changes["no_baseline"], "seed": 1, "warm_start_seed": 0}
+    full = build_grid("baselines", "full", seeds=[0, 1])  # no warm start in the full profile: the seed alone
+    assert full.changes["no_baseline_seed1"] == {**full.changes["no_baseline"], "seed": 1}
 
 
 @pytest.mark.parametrize("profile", ["smoke", "full"])
@@ -483,3 +487,20 @@ def test_both_prompts_start_from_one_policy_that_favours_neither_format(profile,
         assert settings["prompt"] == "neutral" and r1_zero.warm_start_steps == 0
     else:  # the base model itself: no warm start teaches any format
         assert r1_zero.model == grid.base.model and not r1_zero.warm_start_steps
+
+
+def test_a_run_saved_before_a_setting_existed_is_still_shared(tmp_path, monkeypatch):
+    """A grid config finds another grid's run with the same settings although that run's config.json predates a
+    setting hw3lib added since (here `warm_start_seed`, left at its default): it counts as the default."""
+    from hw3lib.experiments.runner import GRID_FILE, shared_run_name
+
+    monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path))
+    cfg = build_grid("std_normalization", "smoke").configs["std_on"]
+    saved = cfg.to_dict()
+    del saved["warm_start_seed"]  # what an older hw3lib wrote
+    (tmp_path / "std_normalization" / "std_on").mkdir(parents=True)
+    (tmp_path / "std_normalization" / "std_on" / "config.json").write_text(json.dumps(saved))
+    (tmp_path / "std_normalization" / GRID_FILE).write_text("{}")
+    twin = cfg.replace(name="off_policy/e2_b64")
+    assert shared_run_name(twin) == "std_normalization/std_on"
+    assert shared_run_name(twin.replace(warm_start_seed=1)) == "off_policy/e2_b64"  # a real difference is not shared

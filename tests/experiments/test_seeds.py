@@ -16,13 +16,15 @@ def _runs_in_tmp(tmp_path, monkeypatch):
 
 def test_the_seed_grid_repeats_the_base_recipe_with_three_seeds_in_smoke():
     grid = seed_grid("smoke")
-    assert grid.groups == {"base": ["base", "base_seed1", "base_seed2"]}
+    assert grid.groups == {"base": ["base", "base_seed1_shared_start", "base_seed2_shared_start"]}
     assert [cfg.seed for cfg in grid.configs.values()] == [0, 1, 2]
-    assert grid.changes == {"base": {}, "base_seed1": {"seed": 1}, "base_seed2": {"seed": 2}}
+    # every replica trains from the base's warm start (seed 0's): only the training luck differs
+    assert grid.changes == {"base": {}, "base_seed1_shared_start": {"seed": 1, "warm_start_seed": 0},
+                            "base_seed2_shared_start": {"seed": 2, "warm_start_seed": 0}}
     # The first replica is the base recipe itself: the same settings as learning_rate's reference, so one run.
     reference = build_grid("learning_rate", "smoke")
     assert config_key(grid.configs["base"].to_dict()) == config_key(reference.configs[reference.reference].to_dict())
-    assert seed_grid("smoke", seeds=[5, 6]).groups == {"base": ["base", "base_seed6"]}
+    assert seed_grid("smoke", seeds=[5, 6]).groups == {"base": ["base", "base_seed6_shared_start"]}
 
 
 def _finished(grid, finals: list[float]) -> GridResult:
@@ -65,3 +67,14 @@ def test_the_notebook_says_which_run_to_run_variation_the_verdicts_count():
     assert seed_line({"seed_source": "repeats", "seed_band": None}).endswith("each config's seed repeats.")
     assert "±14.9 points" in seed_line({"seed_source": "base replicas", "seed_band": 0.1487})
     assert "not counted" in seed_line({"seed_source": None, "seed_band": None})
+
+
+def test_replicas_train_from_the_base_warm_start_its_data_included():
+    from hw3lib.models.load import warm_start_records, warm_start_seed
+
+    grid = seed_grid("smoke")
+    base, replica = grid.configs["base"], grid.configs["base_seed2_shared_start"]
+    assert (warm_start_seed(base), warm_start_seed(replica)) == (0, 0)
+    assert warm_start_records(replica) == warm_start_records(base)
+    own = replica.replace(warm_start_seed=None)  # before: each seed its own warm start, on other problems
+    assert warm_start_seed(own) == 2 and warm_start_records(own) != warm_start_records(base)
