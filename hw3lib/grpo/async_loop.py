@@ -39,11 +39,12 @@ completed GRPO step (`resume=True` continues with fresh actors); Ray is shut dow
 function started it, so no Ray process is left behind. The run is not recovered automatically:
 a silent restart would hide a crashing engine.
 
-Here and in CI: `ray.init(num_cpus=2)` locally (no dashboard), one CPU per actor. On GPUs each actor
-asks Ray for its GPU explicitly (`actor_options`: one each on two GPUs, half each when `rollout_device`
-and `policy_device` are the same GPU) and keeps the configured device names; for large models a
-multi-GPU user replaces the object-store weight transfer with an NCCL broadcast from the learner to the
-generator (a `torch.distributed` group spanning both). The learner validates with an engine of its own,
+Here and in CI: `ray.init(num_cpus=2)` locally (no dashboard; `local_ray.start_local_ray` retries a
+start that a busy machine timed out), one CPU per actor. On GPUs each actor asks Ray for its GPU
+explicitly (`actor_options`: one each on two GPUs, half each when `rollout_device` and `policy_device`
+are the same GPU) and keeps the configured device names; for large models a multi-GPU user
+replaces the object-store weight transfer with an NCCL broadcast from the learner to the generator (a
+`torch.distributed` group spanning both). The learner validates with an engine of its own,
 built on first use: a vLLM one colocated with the learner's policy sleeps between validations and is
 woken with the weights (`Learner.validate`, vLLM's documented sequence: hw3lib.generation).
 """
@@ -51,7 +52,6 @@ woken with the weights (`Learner.validate`, vLLM's documented sequence: hw3lib.g
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections import deque
@@ -64,6 +64,7 @@ from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_path
 from hw3lib.core.lifecycle import RunResult, check_fits, open_run, read_result, reuse_message
 from hw3lib.core.runs import latest_checkpoint
 from hw3lib.grpo.config import GRPOConfig
+from hw3lib.grpo.local_ray import TOKEN_NOTICE, start_local_ray  # noqa: F401 (TOKEN_NOTICE: tests read it here)
 from hw3lib.grpo.replay import ReplayBuffer, merge_groups, split_groups
 from hw3lib.maths.grpo import RATIO_LOSSES
 
@@ -255,24 +256,6 @@ def actor_options(cfg: GRPOConfig) -> tuple[dict, dict]:
 
 # ---- the driver ------------------------------------------------------------------------------------------
 
-TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
-
-
-class _DropTokenNotice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return TOKEN_NOTICE not in record.getMessage()
-
-
-def quiet_token_auth_notice() -> None:
-    """Drop Ray's log line saying that it chose token authentication for a new local cluster (its default, which
-    we keep): it landed in every notebook's output. Only that line: Ray's mode and every other message are
-    untouched (setting RAY_AUTH_MODE ourselves would also silence it, but Ray caches the mode process-wide, and a
-    later ray.init in the same process then disagrees with its own GCS)."""
-    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
-    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
-        logger.addFilter(_DropTokenNotice())
-
-
 def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume: bool = False,
                 overwrite: bool = False, callback=None, on_step=None,
                 fail_at_generation: int | None = None) -> RunResult:
@@ -301,8 +284,7 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
 
     started_ray = not ray.is_initialized()
     if started_ray:
-        quiet_token_auth_notice()
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True, configure_logging=False)
+        start_local_ray(num_cpus=2, log_to_driver=True)
     env = {key: os.environ[key] for key in _ENV_KEYS if key in os.environ}
     env.setdefault("HW3_RUNS_DIR", str(runs_dir()))
     learner = generator = driver = None

@@ -27,6 +27,7 @@ from hw3lib.evaluation.validate import read_outcomes
 from hw3lib.grpo.results import time_breakdown
 from hw3lib.grpo.loop import train
 from hw3lib.grpo.config import GRPOConfig
+from hw3lib.grpo.local_ray import start_local_ray
 
 
 # Off-policyness bounds of the replay schedules: each group trained up to twice, at most this many policy
@@ -100,7 +101,7 @@ def run_schedules(cfg: GRPOConfig, schedules: Mapping[str, AsyncConfig | None], 
                     torch.set_num_threads(threads)
             else:
                 if not ray.is_initialized():
-                    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+                    start_local_ray(num_cpus=2)
                     started_ray = True
                 results[name] = train_async(run_cfg, async_cfg, resume=resume)
     finally:
