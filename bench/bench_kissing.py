@@ -18,14 +18,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hw3lib.kissing import verify  # noqa: E402
-from hw3lib.kissing.constructions import best_known_construction  # noqa: E402
+from hw3lib.kissing import verify
+from hw3lib.kissing.constructions import best_known_construction
 
 
 def course_double_loop(points: np.ndarray) -> bool:

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hw3lib.kissing import evaluate_program  # noqa: E402
-from hw3lib.kissing.sandbox import SandboxWarning, bwrap_problem, containment  # noqa: E402
+from hw3lib.kissing import evaluate_program
+from hw3lib.kissing.sandbox import SandboxWarning, bwrap_problem, containment
 
 STARTER = ("import numpy as np\n"
            "def run_code():\n    e = 2 * np.eye(11, dtype=np.int64)\n    return np.vstack([e, -e]), 11\n")
