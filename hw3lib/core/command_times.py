@@ -13,6 +13,16 @@ from pathlib import Path
 from hw3lib.core.io import project_root
 
 RECORD = Path("bench") / "results" / "command_times.json"
+DEFAULT_WORKBOOK = ("nlpdl-hw3", False)  # what plain `make workbook` runs: the default course, its handout's sections
+
+
+def workbook_key(course: str, extras: bool) -> str:
+    """The record's name for a workbook run of `course` (`extras`: every section): `make-workbook` for what plain
+    `make workbook` runs, else `make-workbook:<course>` (+ `+extras`), so another course's run (`make store-outputs
+    COURSE=...` runs one with every section) is kept beside it instead of replacing it."""
+    if (course, bool(extras)) == DEFAULT_WORKBOOK:
+        return "make-workbook"
+    return f"make-workbook:{course}" + ("+extras" if extras else "")
 
 
 def load(path: Path | None = None) -> dict:
@@ -25,7 +35,7 @@ def expected_words(notebook: str, course: str, extras: bool, times: dict | None 
     """The sentence a smoke notebook prints about its own time: what `make workbook` measured for `notebook`
     ("04") the last time it ran `course` with these sections (`extras`: every section, else the handout's), or ""
     where the record has no such run (another course or sections take another time)."""
-    entry = (load() if times is None else times).get("make-workbook")
+    entry = (load() if times is None else times).get(workbook_key(course, extras))
     if not entry or entry.get("course") != course or bool(entry.get("extras")) != extras:
         return ""
     minutes = entry.get("parts", {}).get(notebook)

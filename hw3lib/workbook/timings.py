@@ -6,7 +6,7 @@
 
 The record is `bench/results/command_times.json` (one entry per command: minutes, date, commit, machine, and
 per-notebook minutes for the workbook, which `hw3lib.workbook.run` writes to `timings.json` beside the executed
-notebooks on every run). The README's table between its markers is rendered from it, and a test checks that it
+notebooks on every run; one workbook entry per course and sections measured, named by `workbook_key`). The README's table between its markers is rendered from it, and a test checks that it
 is current, so every time the README states was produced by running the command.
 """
 
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from hw3lib.core.command_times import RECORD, expected_words, load  # noqa: F401 (the record is read there)
+from hw3lib.core.command_times import RECORD, expected_words, load, workbook_key  # noqa: F401 (read there)
 from hw3lib.core.io import atomic_write_json, project_root
 
 BEGIN = "<!-- command times: python -m hw3lib.workbook.timings --write-readme -->"
@@ -64,9 +64,17 @@ def time_command(name: str, command: list[str], path: Path | None = None) -> int
     return status
 
 
+def course_command(name: str) -> str:
+    """How the README names another course's workbook entry (`make-workbook:cse599o-a3+extras`)."""
+    course, _, extras = name.split(":", 1)[1].partition("+")
+    return (f"`HW3_COURSE={course}{' HW3_EXTRAS=1' if extras else ''} make workbook` (smoke"
+            f"{', every section' if extras else ''})")
+
+
 def readme_table(times: dict) -> str:
     rows = ["| command | time here | measured |", "|---|---|---|"]
-    for name, words in COMMANDS.items():
+    others = {name: course_command(name) for name in sorted(times) if name.startswith("make-workbook:")}
+    for name, words in {**COMMANDS, **others}.items():
         entry = times.get(name)
         if entry is None:
             rows.append(f"| {words} | not measured yet | `python -m hw3lib.workbook.timings --help` |")
@@ -107,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.workbook.is_file():
             parser.error(f"{args.workbook}: no such file; `make workbook` writes it beside the executed notebooks")
         run = json.loads(args.workbook.read_text())
-        entry = record("make-workbook", run["total_s"], run["notebooks"],
+        name = workbook_key(run.get("course", "nlpdl-hw3"), run.get("extras", False))
+        entry = record(name, run["total_s"], run["notebooks"],
                        **{key: run[key] for key in ("course", "extras") if key in run})
-        print(f"make-workbook: {entry['minutes']} min recorded")
+        print(f"{name}: {entry['minutes']} min recorded")
     if args.write_readme:
         write_readme()
     if not (args.time or args.workbook or args.write_readme):

@@ -58,3 +58,21 @@ def test_the_readme_table_is_rendered_from_the_record():
     block = readme.split(timings.BEGIN, 1)[1].split(timings.END, 1)[0].strip()
     assert block == timings.readme_table(timings.load(REPO_ROOT / timings.RECORD)), (
         "README's command times are stale: run `python -m hw3lib.workbook.timings --write-readme`")
+
+
+def test_another_courses_workbook_is_recorded_beside_the_default_one_and_states_its_own_times(tmp_path, monkeypatch):
+    """Issue 46: `make store-outputs COURSE=cse599o-a3` (every section) must not replace `make workbook`'s entry."""
+    monkeypatch.setattr(timings, "project_root", lambda: tmp_path)
+    for course, extras, seconds in (("nlpdl-hw3", False, 600.0), ("cse599o-a3", True, 3000.0)):
+        run = tmp_path / f"{course}.json"
+        run.write_text(json.dumps({"profile": "smoke", "course": course, "extras": extras,
+                                   "notebooks": {"04": seconds}, "total_s": seconds}))
+        assert timings.main(["--workbook", str(run)]) == 0
+    times = json.loads((tmp_path / timings.RECORD).read_text())
+    assert set(times) == {"make-workbook", "make-workbook:cse599o-a3+extras"}
+    assert times["make-workbook"]["minutes"] == 10.0 and times["make-workbook:cse599o-a3+extras"]["minutes"] == 50.0
+    assert "about 50 min" in timings.expected_words("04", "cse599o-a3", True, times)
+    assert timings.expected_words("04", "cse599o-a3", False, times) == ""  # its handout alone: not measured
+    assert "about 10 min" in timings.expected_words("04", "nlpdl-hw3", False, times)
+    row = timings.readme_table(times).splitlines()[-1]
+    assert row.startswith("| `HW3_COURSE=cse599o-a3 HW3_EXTRAS=1 make workbook` (smoke, every section) | 50 min (04 50) |")
