@@ -253,7 +253,7 @@ def no_training(monkeypatch):
 
 
 def test_second_train_after_the_workbook_says_how_to_go_on(runs, no_training):
-    """`make workbook` left runs/grpo_smoke finished at its 80 steps; `hw3 train --profile smoke --steps 10`."""
+    """`make workbook` left runs/grpo_smoke finished at its last step; `hw3 train --profile smoke --steps 10`."""
     from hw3lib.core.lifecycle import open_run
     from hw3lib.grpo.config import GRPOConfig
 

@@ -119,20 +119,22 @@ def config_key(config: dict) -> str:
 
 def shared_run_name(cfg: GRPOConfig) -> str:
     """Where `cfg` runs: its own folder if that holds a run, else another grid's run with the same
-    settings (the first in sorted order), else its own folder."""
+    settings (the first in sorted order), else a run of its own outside the grids with the same settings
+    (notebook 04's `runs/grpo_smoke`, the smoke base recipe), else its own folder."""
     root = runs_dir()
     if (root / cfg.name / "config.json").is_file():
         return cfg.name
     key = config_key(cfg.to_dict())
     # a setting hw3lib added after a run was made counts as its default there (as on resume: config_differences)
     defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
-    for path in sorted(root.glob("*/*/config.json")):
-        if path.parent.parent.name in GRID_NAMES or (path.parent.parent / GRID_FILE).is_file():
-            try:
-                if config_key({**defaults, **json.loads(path.read_text())}) == key:
-                    return f"{path.parent.parent.name}/{path.parent.name}"
-            except (OSError, json.JSONDecodeError):
-                continue  # a half-written folder of another run is not a match
+    in_grids = [path for path in sorted(root.glob("*/*/config.json"))
+                if path.parent.parent.name in GRID_NAMES or (path.parent.parent / GRID_FILE).is_file()]
+    for path in in_grids + sorted(root.glob("*/config.json")):
+        try:
+            if config_key({**defaults, **json.loads(path.read_text())}) == key:
+                return path.parent.relative_to(root).as_posix()
+        except (OSError, json.JSONDecodeError):
+            continue  # a half-written folder of another run is not a match
     return cfg.name
 
 

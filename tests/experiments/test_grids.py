@@ -489,6 +489,29 @@ def test_both_prompts_start_from_one_policy_that_favours_neither_format(profile,
         assert r1_zero.model == grid.base.model and not r1_zero.warm_start_steps
 
 
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_the_base_recipe_is_notebook_04s_run_read_back(tmp_path, monkeypatch, profile):
+    """Notebook 04 trains `GRPOConfig.for_profile(profile)` into runs/<its name>/; every grid config with the base
+    recipe's settings (the learning-rate grid's reference, the first seed replica) then reads that run instead of
+    training the same settings again, and a config that differs in one computed setting does not."""
+    from hw3lib.experiments.runner import shared_run_name
+    from hw3lib.experiments.seeds import seed_grid
+
+    monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path))
+    notebook_04 = GRPOConfig.for_profile(profile)
+    (tmp_path / notebook_04.name).mkdir()
+    (tmp_path / notebook_04.name / "config.json").write_text(json.dumps(notebook_04.to_dict()))
+    grid = build_grid("learning_rate", profile)
+    assert grid.configs[grid.reference].n_grpo_steps == notebook_04.n_grpo_steps
+    assert shared_run_name(grid.configs[grid.reference]) == notebook_04.name
+    replicas = seed_grid(profile)
+    first_seed, second_seed = (replicas.configs[label] for label in replicas.groups[replicas.reference][:2])
+    assert shared_run_name(first_seed) == notebook_04.name
+    assert shared_run_name(second_seed) == second_seed.name  # another seed computes something else
+    other_rate = next(cfg for label, cfg in grid.configs.items() if label != grid.reference)
+    assert shared_run_name(other_rate) == other_rate.name
+
+
 def test_a_run_saved_before_a_setting_existed_is_still_shared(tmp_path, monkeypatch):
     """A grid config finds another grid's run with the same settings although that run's config.json predates a
     setting hw3lib added since (here `warm_start_seed`, left at its default): it counts as the default."""

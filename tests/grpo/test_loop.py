@@ -320,7 +320,7 @@ def test_checkpoint_write_is_atomic(monkeypatch, tmp_path):
 
 
 def test_smoke_grpo_learns():
-    """The smoke recipe, shortened to 40 of its 80 steps, learns: the training answer reward (2,560 rollouts per
+    """The smoke recipe, shortened to 40 of its 50 steps, learns: the training answer reward (2,560 rollouts per
     quarter of the run) rises by >= 5 points from the first quarter to the last, and the validation (256
     questions, greedy) ends above its start. Measured here, one torch thread as under pytest-xdist: training
     0.224 -> 0.367; validation 0.344, 0.355, 0.344, 0.477, 0.383 at steps 0-40. One run's validation moves by
