@@ -39,6 +39,7 @@ fewer) plus 6 per output-head weight per response token. Results: bench/results/
     .venv/bin/python bench/bench_train_step.py               # both, then the ratio
     .venv/bin/python bench/bench_train_step.py --only ours   # one side
     .venv/bin/python bench/bench_train_step.py --real-width-layers 2,28 --checkpointing-too
+    .venv/bin/python bench/bench_train_step.py --profile  # where each side's tiny step goes
 """
 
 from __future__ import annotations
@@ -275,6 +276,52 @@ def record_tiny(out: dict) -> None:
     print(f"appended to {TINY_HISTORY.relative_to(ROOT)} (commit {line['commit']})")
 
 
+PROFILE = ROOT / "bench" / "results" / "train_step_tiny_profile.json"
+
+
+def profile_side(side: str, steps: int, top: int = 15) -> dict:
+    """One side's tiny run under torch's profiler (self CPU time per op) and cProfile (Python time per function):
+    where its step goes. Both profilers add a cost per op and per call, so read the shares, not the seconds."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    python = cProfile.Profile()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as ops:
+        python.enable()
+        out = (run_ours if side == "ours" else run_trl)(steps, TINY)
+        python.disable()
+    events = sorted(ops.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    op_total = sum(e.self_cpu_time_total for e in events)
+    stats = pstats.Stats(python)
+    functions = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)  # by own (tottime) seconds
+    python_total = sum(entry[2] for _, entry in functions)
+    calls = sum(entry[1] for _, entry in functions)
+    return {"step_seconds": out["step_seconds"],
+            "torch_ops": [{"op": e.key, "self_cpu_share": e.self_cpu_time_total / op_total, "calls": e.count}
+                          for e in events[:top]],
+            "torch_op_calls": sum(e.count for e in events), "python_calls": calls,
+            "python_functions": [{"function": f"{Path(file).name}:{line}:{name}", "own_share": entry[2] / python_total,
+                                  "calls": entry[1]} for (file, line, name), entry in functions[:top]]}
+
+
+def profile_tiny(steps: int, env: dict) -> None:
+    """`--profile`: both sides' tiny runs profiled, each in its own process; written to `PROFILE`."""
+    results = {**record_header("bench_train_step --profile"), "commit": git_commit(), "setting": asdict(TINY)}
+    for side in ("ours", "trl"):
+        results[side] = out = run_child([__file__, "--only", side, "--steps", steps, "--profile"], env=env,
+                                        echo=f"{side}:")
+        print(f"--- {side}: {len(out['step_seconds'])} profiled steps, {out['torch_op_calls']} torch op calls, "
+              f"{out['python_calls']} Python calls in the run")
+        for row in out["torch_ops"][:8]:
+            print(f"  {row['self_cpu_share']:6.1%}  {row['calls']:8d}  {row['op']}")
+        for row in out["python_functions"][:8]:
+            print(f"  {row['own_share']:6.1%}  {row['calls']:8d}  {row['function']}")
+    write_json(PROFILE, results, indent=1)
+    print(f"wrote {PROFILE.relative_to(ROOT)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=None,
@@ -285,8 +332,14 @@ def main() -> None:
     parser.add_argument("--checkpointing-too", action="store_true",
                         help="real width: also compare at the deepest setting with gradient checkpointing on both sides "
                              "(TRL's default)")
+    parser.add_argument("--profile", action="store_true",
+                        help="tiny model: profile both sides (torch ops and Python functions) into "
+                             "bench/results/train_step_tiny_profile.json instead of timing them")
     parser.add_argument("--setting", default=None, help=argparse.SUPPRESS)  # JSON of a Setting (--only)
     args = parser.parse_args()
+    if args.only and args.profile:
+        print(json.dumps(profile_side(args.only, args.steps or 4)))
+        return
     if args.only:
         setting = Setting(**json.loads(args.setting)) if args.setting else TINY
         out = run_ours(args.steps or 4, setting) if args.only == "ours" else run_trl(args.steps or 4, setting)
@@ -295,7 +348,9 @@ def main() -> None:
     runs = tempfile.mkdtemp(prefix="bench_runs_")
     env = {**os.environ, "HW3_RUNS_DIR": runs, "TOKENIZERS_PARALLELISM": "false"}
     try:
-        if args.real_width_layers:
+        if args.profile:
+            profile_tiny(args.steps or 4, env)
+        elif args.real_width_layers:
             real_width([int(n) for n in args.real_width_layers.split(",")], args.steps or 3, env,
                        args.checkpointing_too)
         else:

@@ -64,7 +64,7 @@ from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_path
 from hw3lib.core.lifecycle import RunResult, check_fits, open_run, read_result, reuse_message
 from hw3lib.core.runs import latest_checkpoint
 from hw3lib.grpo.config import GRPOConfig
-from hw3lib.grpo.local_ray import TOKEN_NOTICE, start_local_ray  # noqa: F401 (TOKEN_NOTICE: tests read it here)
+from hw3lib.grpo.local_ray import start_local_ray
 from hw3lib.grpo.replay import ReplayBuffer, merge_groups, split_groups
 from hw3lib.maths.grpo import RATIO_LOSSES
 

@@ -241,7 +241,7 @@ def test_train_async_drops_rays_token_auth_notice_and_leaves_its_mode_alone(monk
     """Issue 46: notebook 04's output carried Ray's "Token authentication is enabled ..." notice."""
     import logging
 
-    from hw3lib.grpo.async_loop import TOKEN_NOTICE
+    from hw3lib.grpo.local_ray import TOKEN_NOTICE
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     seen = {}
