@@ -41,3 +41,21 @@ def test_the_quick_start_names_the_commands_that_exist():
     makefile = (ROOT / "Makefile").read_text()
     for target in re.findall(r"^make (\w[\w-]*)", README, flags=re.M):
         assert re.search(rf"^{target}:", makefile, flags=re.M), f"README runs `make {target}`, the Makefile lacks it"
+
+
+def test_the_readme_says_whose_stored_outputs_are_where():
+    """Issue 43: a reader learns which stored outputs belong to which course -- the default course's under
+    notebooks/, each other course's under courses/<course>/notebooks/ when stored, and which have none yet."""
+    from hw3lib.core.course import COURSES, DEFAULT_COURSE
+
+    stored = {path.parents[1].name for path in ROOT.glob("courses/*/notebooks/*.ipynb")}
+    paragraph = README[README.index("The notebooks' stored outputs"):].split("\n\n")[0]
+    assert f"`{DEFAULT_COURSE}`" in paragraph and "`notebooks/`" in paragraph, paragraph
+    for name in COURSES:
+        if name == DEFAULT_COURSE:
+            continue
+        if name in stored:
+            assert f"courses/{name}/notebooks/" in paragraph, f"README does not point at {name}'s stored outputs"
+        else:
+            assert f"`{name}`" in paragraph.split("none stored yet")[0].rsplit(";", 1)[-1], (
+                f"README does not say {name} has no stored outputs yet")

@@ -189,7 +189,11 @@ class PreflightReport:
 
     def summary(self) -> str:
         """One line to print at a run's start."""
-        head = f"preflight {self.kind} of {self.model} on {self.device.describe()}, {self.dtype}"
+        from hw3lib.core.io import shown_path
+
+        # a local model folder (a warm start in the cache) is printed as notebooks store it: no machine's path
+        model = shown_path(self.model) if Path(self.model).is_absolute() else self.model
+        head = f"preflight {self.kind} of {model} on {self.device.describe()}, {self.dtype}"
         if not self.checked:
             return f"{head}: no memory check ({self.note})"
         phases = ", ".join(f"{name} {value / GiB:.1f} GiB" for name, value in self.peaks.items())

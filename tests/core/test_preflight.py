@@ -103,6 +103,17 @@ def test_every_card_is_found_by_its_own_name_and_others_are_not():
 
 # ---- the check -----------------------------------------------------------------------------------------------
 
+def test_the_summary_names_a_cached_model_folder_without_the_machines_path(tmp_path, monkeypatch):
+    """A warm start lives in $HW3_CACHE_DIR; the line notebooks store names it from there, not from / (the store
+    refuses outputs with a machine's absolute path), and a hub name or `tiny` stays as it is."""
+    monkeypatch.setenv("HW3_CACHE_DIR", str(tmp_path))
+    cpu = pf.DeviceInfo("cpu", "x86_64", 24 * GiB, None, 1)
+    folder = tmp_path / "keyword_sft" / "bf385eb6f4e1"
+    summary = pf.preflight(GRPOConfig.for_profile("smoke", model=str(folder)), "grpo", cpu).summary()
+    assert summary.startswith("preflight grpo of $HW3_CACHE_DIR/keyword_sft/bf385eb6f4e1 on ") and str(tmp_path) not in summary
+    assert pf.preflight(GRPOConfig.for_profile("smoke"), "grpo", cpu).summary().startswith("preflight grpo of tiny on ")
+
+
 def test_no_check_on_a_cpu_or_for_a_cpu_run():
     cpu = pf.DeviceInfo("cpu", "x86_64", 24 * GiB, None, 1)
     report = pf.preflight(full("gsm8k-qwen3"), "grpo", cpu)
