@@ -11,7 +11,9 @@ Implemented (all at `Z` = 2 standard errors, the band the writeup prints as "±x
   exact two-sided McNemar p-value (a binomial test on the discordant questions) -- sharper than the unpaired band
   because the questions' shared difficulty cancels;
 - `seed_band(values)`: run-to-run variation from repeats of one config with different seeds: mean, sample sd, and
-  `band`, the 2-s.e. band a difference of two single runs must exceed (sd x sqrt 2);
+  `band`, the band a difference of two single runs must exceed: sd x sqrt 2 times Student's t quantile with
+  n - 1 degrees of freedom at the coverage of 2 s.e. (`t_multiplier`: 4.53 for 3 seeds, not 2 -- an sd estimated
+  from three runs is itself uncertain, and a z band on it would call chance differences real);
 - `spread_band(xs, ys)`: 2 s.e. of the difference of two means from their samples' spread (seed repeats of two
   configs; the first vs last third of a logged metric);
 - `correlation(xs, ys)`: Pearson's r (`statistics.correlation`) with its Fisher-z interval;
@@ -117,30 +119,41 @@ def paired(a: Sequence[float], b: Sequence[float], z: float = Z) -> Paired:
 
 # ---- run-to-run variation ---------------------------------------------------------------------------------------
 
+def t_multiplier(degrees_of_freedom: int, z: float = Z) -> float:
+    """Student's t quantile with `degrees_of_freedom` at the two-sided coverage of `z` standard errors (z = 2:
+    95.45%): what replaces z when the sd is estimated from degrees_of_freedom + 1 values (1: 13.97, 2: 4.53,
+    9: 2.32; it tends to z)."""
+    from scipy.stats import norm, t
+
+    return float(t.ppf(norm.cdf(z), degrees_of_freedom))
+
+
 @dataclass(frozen=True)
 class SeedBand:
-    """Final values of one config run with different seeds: their mean, sample sd, and `band`, the z-s.e. band a
-    difference of two single runs must exceed (z sd sqrt 2)."""
+    """Final values of one config run with different seeds: their mean, sample sd, and `band`, the band a
+    difference of two single runs must exceed (`multiplier` sd sqrt 2, the multiplier `t_multiplier(n - 1)`)."""
 
     values: tuple[float, ...]
     mean: float
     sd: float
     band: float
+    multiplier: float
 
-    def for_means(self, runs_a: int = 1, runs_b: int = 1, z: float = Z) -> float:
-        """The band for a difference of two means over `runs_a` and `runs_b` seeds: z sd sqrt(1/a + 1/b)."""
-        return z * self.sd * math.sqrt(1 / runs_a + 1 / runs_b)
+    def for_means(self, runs_a: int = 1, runs_b: int = 1) -> float:
+        """The band for a difference of two means over `runs_a` and `runs_b` seeds: multiplier sd sqrt(1/a + 1/b)."""
+        return self.multiplier * self.sd * math.sqrt(1 / runs_a + 1 / runs_b)
 
     def to_dict(self) -> dict:
-        return {"values": list(self.values), "mean": self.mean, "sd": self.sd, "band": self.band}
+        return {"values": list(self.values), "mean": self.mean, "sd": self.sd, "band": self.band,
+                "multiplier": self.multiplier}
 
 
 def seed_band(values: Sequence[float], z: float = Z) -> SeedBand | None:
     """`SeedBand` of seed repeats' final values (None below 2 repeats: no spread to measure)."""
     if len(values) < 2:
         return None
-    sd = statistics.stdev(values)
-    return SeedBand(tuple(values), statistics.fmean(values), sd, z * sd * math.sqrt(2))
+    sd, multiplier = statistics.stdev(values), t_multiplier(len(values) - 1, z)
+    return SeedBand(tuple(values), statistics.fmean(values), sd, multiplier * sd * math.sqrt(2), multiplier)
 
 
 def spread_band(xs: Sequence[float], ys: Sequence[float], z: float = Z) -> float | None:

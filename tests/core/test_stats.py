@@ -7,7 +7,8 @@ import math
 import pytest
 
 from hw3lib.core.stats import (Noise, Verdict, accuracy_interval, compare_outcomes, correlation, mcnemar_p,
-                               noise_words, paired, question_outcomes, seed_band, spread_band, unpaired_band, wilson)
+                               noise_words, paired, question_outcomes, seed_band, spread_band, t_multiplier, unpaired_band,
+                               wilson)
 
 
 def test_wilson_interval_by_hand():
@@ -61,10 +62,16 @@ def test_paired_comparison_counts_only_discordant_questions():
 
 def test_seed_band_and_spread_band_by_hand():
     band = seed_band([0.4, 0.5, 0.6])
-    # sd = sqrt((0.01 + 0 + 0.01) / 2) = 0.1; two single runs differ by chance up to 2 x 0.1 x sqrt 2 = 0.282843.
-    assert (band.mean, band.sd, band.band) == pytest.approx((0.5, 0.1, 0.282843), abs=1e-6)
-    assert band.for_means(3, 3) == pytest.approx(0.163299, abs=1e-6)  # 2 x 0.1 x sqrt(2/3)
+    # sd = sqrt((0.01 + 0 + 0.01) / 2) = 0.1, estimated from 3 runs: 2 degrees of freedom, whose t quantile at 2
+    # s.e.'s coverage (Phi(2) = 0.97725) is 4.526537 (tables: t_0.975,2 = 4.303, t_0.98,2 = 4.849). Two single
+    # runs differ by chance up to 4.526537 x 0.1 x sqrt 2 = 0.640149.
+    assert band.multiplier == pytest.approx(4.526537, abs=1e-6)
+    assert (band.mean, band.sd, band.band) == pytest.approx((0.5, 0.1, 0.640149), abs=1e-6)
+    assert band.for_means(3, 3) == pytest.approx(0.369590, abs=1e-6)  # 4.526537 x 0.1 x sqrt(2/3)
     assert band.to_dict()["values"] == [0.4, 0.5, 0.6]
+    assert t_multiplier(1) == pytest.approx(13.967730, abs=1e-6)  # two runs: the sd is barely known
+    assert 2.0 < t_multiplier(1000) < 2.01  # many runs: the z band
+    assert seed_band([0.4, 0.6]).band == pytest.approx(13.967730 * math.sqrt(0.02) * math.sqrt(2), abs=1e-6)
     assert seed_band([0.4]) is None
     # Two repeats each: 2 sqrt(0.02/2 + 0/2) = 0.2.
     assert spread_band([0.4, 0.6], [0.5, 0.5]) == pytest.approx(0.2)

@@ -271,14 +271,19 @@ def test_the_base_seed_band_turns_a_one_seed_difference_within_noise(monkeypatch
     grid = build_grid("std_normalization", "smoke")
     values = {"std_on": (0.3, 49 / 98), "std_off": (0.3, 69 / 98)}  # +20.4 points: beyond the 13.6-point band
     assert compare(_fake_result(grid, values))[1]["beyond_noise"]
-    # The base's replicas ended at 0.352, 0.457, 0.40: sd 0.05256, band 2 x 0.05256 x sqrt 2 = 0.1487 < 0.204 still.
-    stored = {"profile": "smoke", "values": [0.352, 0.457, 0.40], "mean": 0.403, "sd": 0.05256, "band": 0.1487}
+    # The base's replicas ended at 0.38, 0.40, 0.42: sd 0.02, band t(2 df) 4.526537 x 0.02 x sqrt 2 = 0.128030 < 0.204.
+    stored = {"profile": "smoke", "values": [0.38, 0.40, 0.42], "mean": 0.40, "sd": 0.02, "band": 0.128030}
     atomic_write_json(runs_dir() / "seed_replicas" / SEED_BAND_FILE, stored)
     row = compare(_fake_result(grid, values))[1]
-    assert (row["seed_source"], row["noise"]["seed_band"], row["beyond_noise"]) == ("base replicas", 0.1487, True)
-    atomic_write_json(runs_dir() / "seed_replicas" / SEED_BAND_FILE, {**stored, "sd": 0.1, "band": 0.2828})
+    assert (row["seed_source"], row["beyond_noise"]) == ("base replicas", True)
+    assert row["noise"]["seed_band"] == pytest.approx(0.128030, abs=1e-6)
+    # Replicas 0.30, 0.40, 0.50 (sd 0.1): band 4.526537 x 0.1 x sqrt 2 = 0.640149, recomputed from the values even
+    # where the file holds an older z band (2 x 0.1 x sqrt 2 = 0.2828).
+    atomic_write_json(runs_dir() / "seed_replicas" / SEED_BAND_FILE,
+                      {**stored, "values": [0.30, 0.40, 0.50], "sd": 0.1, "band": 0.2828})
     row = compare(_fake_result(grid, values))[1]  # a wider seed band: the same difference is within noise
-    assert not row["beyond_noise"] and row["band"] == 0.2828 and row["noise"]["verdict"] == "within noise"
+    assert not row["beyond_noise"] and row["noise"]["verdict"] == "within noise"
+    assert row["band"] == pytest.approx(0.640149, abs=1e-6)
     atomic_write_json(runs_dir() / "seed_replicas" / SEED_BAND_FILE, {**stored, "profile": "full"})
     assert compare(_fake_result(grid, values))[1]["seed_source"] is None  # another profile's band is not used
 

@@ -41,9 +41,9 @@ def test_band_of_the_replicas_and_read_back_per_profile(monkeypatch):
     grid = seed_grid("smoke")
     stored = band_of(_finished(grid, [0.352, 0.457, 0.40]))
     # mean 0.403; deviations -0.051, 0.054, -0.003: variance 0.005526 / 2 = 0.002763, sd 0.052564;
-    # band 2 x 0.052564 x sqrt 2 = 0.148674.
+    # band t(2 df at 2 s.e.'s coverage) 4.526537 x 0.052564 x sqrt 2 = 0.336489.
     assert stored["seeds"] == [0, 1, 2] and stored["n_eval"] == 256 and stored["profile"] == "smoke"
-    assert (stored["mean"], stored["sd"], stored["band"]) == pytest.approx((0.403, 0.052564, 0.148674), abs=1e-6)
+    assert (stored["mean"], stored["sd"], stored["band"]) == pytest.approx((0.403, 0.052564, 0.336489), abs=1e-6)
     with pytest.raises(ValueError, match="at least 2 seeds"):
         band_of(_finished(seed_grid("smoke", seeds=[0]), [0.4]))
     # measure_seed_band stores what band_of finds (the runs themselves are reused or trained by run_grid).
@@ -52,7 +52,7 @@ def test_band_of_the_replicas_and_read_back_per_profile(monkeypatch):
     monkeypatch.setattr(seeds, "run_grid", lambda g: _finished(g, [0.352, 0.457, 0.40]))
     assert measure_seed_band("smoke") == stored
     found = read_seed_band("smoke")
-    assert found.values == (0.352, 0.457, 0.40) and found.band == pytest.approx(0.148674, abs=1e-6)
+    assert found.values == (0.352, 0.457, 0.40) and found.band == pytest.approx(0.336489, abs=1e-6)
     assert read_seed_band("full") is None
 
 
