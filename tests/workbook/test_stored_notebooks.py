@@ -45,11 +45,17 @@ def check_another_courses_notebook(path: Path, root: Path = REPO_ROOT) -> None:
 
 
 def test_other_courses_stored_notebooks_run_the_current_code():
-    """Each courses/<course>/notebooks/*.ipynb in the repository passes `check_another_courses_notebook`.
-    (notebooks/ itself is not held to this yet: its outputs are from 7d6a7f8, before the plan and seed-band cells
-    were added; `make store-outputs` renews them.)"""
+    """Each courses/<course>/notebooks/*.ipynb in the repository passes `check_another_courses_notebook`."""
     for path in sorted(REPO_ROOT.glob("courses/*/notebooks/*.ipynb")):
         check_another_courses_notebook(path)
+
+
+@pytest.mark.parametrize("path", sorted(REPO_ROOT.glob("notebooks/*.ipynb")), ids=lambda p: p.name)
+def test_the_default_courses_stored_notebooks_have_every_cell_run(path):
+    """notebooks/ holds the default course's stored outputs (`make store-outputs`): every code cell ran, so no cell
+    added since the last store stands there without its output."""
+    unrun = [i for i, cell in enumerate(code_cells(_load(path), False)) if not cell.get("execution_count")]
+    assert not unrun, f"{path.name}: code cells {unrun} have no stored output: run `make store-outputs`"
 
 
 def test_the_check_refuses_a_stale_or_unrun_copy(tmp_path):
