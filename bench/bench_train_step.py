@@ -152,6 +152,18 @@ def run_trl(steps: int, setting: Setting) -> dict:
             self.times.append(time.perf_counter() - self.started)
 
     timer = StepTimer()
+    generation_seconds = []  # per call of TRL's rollout phase (generation, scoring, advantages): once per step
+
+    def timed(method):
+        def wrapper(*a, **k):
+            started = time.perf_counter()
+            try:
+                return method(*a, **k)
+            finally:
+                generation_seconds.append(time.perf_counter() - started)
+        return wrapper
+
+    GRPOTrainer._generate_and_score_completions = timed(GRPOTrainer._generate_and_score_completions)
     args = TRLConfig(
         output_dir=tempfile.mkdtemp(prefix="trl_bench_"), max_steps=steps, use_cpu=True,
         bf16=setting.dtype == "bfloat16", gradient_checkpointing=setting.gradient_checkpointing,
@@ -168,8 +180,12 @@ def run_trl(steps: int, setting: Setting) -> dict:
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     print(f"trl: mean response length {statistics.mean(lengths):.1f} tokens; torch threads {torch.get_num_threads()}",
           file=sys.stderr)
+    # its training phase: the step's time minus its rollout phase (both once per optimizer step here)
+    generation_s = statistics.mean(generation_seconds[1:]) if len(generation_seconds) > 1 else None
+    train_s = (statistics.mean(t - g for t, g in zip(timer.times[1:], generation_seconds[1:]))
+               if generation_s is not None else None)
     return {"step_seconds": timer.times[1:], "response_length": statistics.mean(lengths),
-            "peak_rss_bytes": peak_memory()}
+            "generation_s": generation_s, "train_s": train_s, "peak_rss_bytes": peak_memory()}
 
 
 def compare(steps: int, setting: Setting, env: dict) -> dict:
@@ -181,7 +197,9 @@ def compare(steps: int, setting: Setting, env: dict) -> dict:
         times = out[side]["step_seconds"]
         out[side]["median_step_s"] = statistics.median(times)
         print(f"{side}: {out[side]['median_step_s']:.2f} s per optimizer step (median of {len(times)}: "
-              f"{', '.join(f'{t:.2f}' for t in times)}), peak {out[side]['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
+              f"{', '.join(f'{t:.2f}' for t in times)}), peak {out[side]['peak_rss_bytes'] / 2**30:.2f} GiB"
+              + (f"; generation {out[side]['generation_s']:.2f} s, training {out[side]['train_s']:.2f} s"
+                 if out[side].get("generation_s") is not None else ""), flush=True)
     out["speed_ratio"] = out["trl"]["median_step_s"] / out["ours"]["median_step_s"]
     out["memory_ratio"] = out["ours"]["peak_rss_bytes"] / out["trl"]["peak_rss_bytes"]
     print(f"rollout batch {setting.rollout_batch} (group {setting.group}), up to {setting.tokens} new tokens, "
@@ -266,8 +284,9 @@ def record_tiny(out: dict) -> None:
     either phase shows up between two lines (the 2026-11 generation slowdown would have)."""
     phases = {side: {key: out[side][key] for key in ("median_step_s", "response_length", "peak_rss_bytes")}
               for side in ("ours", "trl")}
-    for key in ("generation_s", "train_s"):
-        phases["ours"][key] = out["ours"].get(key)
+    for side in ("ours", "trl"):
+        for key in ("generation_s", "train_s"):
+            phases[side][key] = out[side].get(key)
     line = {**record_header("bench_train_step"), "commit": git_commit(), "speed_ratio": out["speed_ratio"],
             "memory_ratio": out["memory_ratio"], **phases}
     TINY_HISTORY.parent.mkdir(parents=True, exist_ok=True)
