@@ -68,6 +68,11 @@ def shown_path(path: str | os.PathLike) -> str:
     return str(path) if not path.is_absolute() else ".../" + "/".join(path.parts[-2:])
 
 
+def shown_model(model: str) -> str:
+    """A model as printed: a local folder (a warm start in the cache) by `shown_path`, a hub name or `tiny` as is."""
+    return shown_path(model) if Path(model).is_absolute() else model
+
+
 def isolated_output_env(folder: str | os.PathLike) -> dict[str, str]:
     """The environment that sends every output (runs, figures, writeup) under `folder` instead of the
     checkout: what `make test`'s notebooks (`python -m hw3lib.workbook.isolated`) and pytest

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_path
+from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_model, shown_path
 from hw3lib.core.runs import (METRICS_FILE, WandbLink, config_differences, delete_outputs, has_outputs,
                               latest_checkpoint, load_checkpoint, metrics_rows, refuse_existing, rng_state,
                               save_checkpoint, seed_everything)
@@ -271,7 +271,7 @@ def check_fits(kind: str, cfg) -> None:
     that fit -- before the first byte is put on the GPU, never an out-of-memory error halfway through."""
     from hw3lib.core.preflight import preflight
 
-    print(preflight(cfg, PREFLIGHT_KINDS[kind]).summary(), flush=True)
+    print(preflight(cfg, PREFLIGHT_KINDS[kind]).summary(shown_model(cfg.model)), flush=True)
 
 
 def start_message(kind: str, cfg, run_dir: Path) -> None:

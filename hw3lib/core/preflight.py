@@ -187,13 +187,10 @@ class PreflightReport:
     suggestions: tuple[str, ...] = ()  # settings that fit, `name=value, ...` each (when it does not)
     accelerator: Accelerator | None = None  # the card's datasheet figures, for GPU-hour estimates
 
-    def summary(self) -> str:
-        """One line to print at a run's start."""
-        from hw3lib.core.io import shown_path
-
-        # a local model folder (a warm start in the cache) is printed as notebooks store it: no machine's path
-        model = shown_path(self.model) if Path(self.model).is_absolute() else self.model
-        head = f"preflight {self.kind} of {model} on {self.device.describe()}, {self.dtype}"
+    def summary(self, model: str | None = None) -> str:
+        """One line to print at a run's start; `model` names the model there (default `self.model`; callers print
+        a local folder as `hw3lib.core.io.shown_model` does, so stored notebooks name no machine's path)."""
+        head = f"preflight {self.kind} of {model or self.model} on {self.device.describe()}, {self.dtype}"
         if not self.checked:
             return f"{head}: no memory check ({self.note})"
         phases = ", ".join(f"{name} {value / GiB:.1f} GiB" for name, value in self.peaks.items())

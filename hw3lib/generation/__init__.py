@@ -111,11 +111,12 @@ def check_evaluation_fits(model: str, device: str, dtype: str, share: float, max
     """The preflight of an evaluation-only vLLM engine (notebooks 01 and 02, `hw3 eval`; hw3lib.core.preflight):
     the card, its dtype and whether `share` of it holds the model's weights, workspace and one sequence. Prints
     the one-line report, or raises PreflightError naming a share or `max_model_len` that fits."""
+    from hw3lib.core.io import shown_model
     from hw3lib.core.preflight import EvalRequest, preflight
 
     request = EvalRequest(model=model, gpu_memory_utilization=share, max_model_len=max_model_len, dtype=dtype,
                           device=device)
-    print(preflight(request, "eval").summary(), flush=True)
+    print(preflight(request, "eval").summary(shown_model(model)), flush=True)
 
 
 def training_engine(cfg, policy, tokenizer, initial_model: str, records: Sequence[dict] = ()):

@@ -103,15 +103,21 @@ def test_every_card_is_found_by_its_own_name_and_others_are_not():
 
 # ---- the check -----------------------------------------------------------------------------------------------
 
-def test_the_summary_names_a_cached_model_folder_without_the_machines_path(tmp_path, monkeypatch):
-    """A warm start lives in $HW3_CACHE_DIR; the line notebooks store names it from there, not from / (the store
-    refuses outputs with a machine's absolute path), and a hub name or `tiny` stays as it is."""
+def test_the_summary_names_a_cached_model_folder_without_the_machines_path(tmp_path, monkeypatch, capsys):
+    """A warm start lives in $HW3_CACHE_DIR; the line a run prints (`lifecycle.check_fits`, what notebooks store)
+    names it from there, not from / (the store refuses outputs with a machine's absolute path), and a hub name or
+    `tiny` stays as it is."""
+    from hw3lib.core.io import shown_model
+    from hw3lib.core.lifecycle import check_fits
+
     monkeypatch.setenv("HW3_CACHE_DIR", str(tmp_path))
-    cpu = pf.DeviceInfo("cpu", "x86_64", 24 * GiB, None, 1)
-    folder = tmp_path / "keyword_sft" / "bf385eb6f4e1"
-    summary = pf.preflight(GRPOConfig.for_profile("smoke", model=str(folder)), "grpo", cpu).summary()
-    assert summary.startswith("preflight grpo of $HW3_CACHE_DIR/keyword_sft/bf385eb6f4e1 on ") and str(tmp_path) not in summary
-    assert pf.preflight(GRPOConfig.for_profile("smoke"), "grpo", cpu).summary().startswith("preflight grpo of tiny on ")
+    monkeypatch.setattr(pf, "detect_device", lambda *a, **k: pf.DeviceInfo("cpu", "x86_64", 24 * GiB, None, 1))
+    folder = str(tmp_path / "keyword_sft" / "bf385eb6f4e1")
+    assert shown_model(folder) == "$HW3_CACHE_DIR/keyword_sft/bf385eb6f4e1"
+    assert shown_model("tiny") == "tiny" and shown_model("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
+    check_fits("GRPO", GRPOConfig.for_profile("smoke", model=folder))
+    printed = capsys.readouterr().out
+    assert printed.startswith("preflight grpo of $HW3_CACHE_DIR/keyword_sft/bf385eb6f4e1 on ") and str(tmp_path) not in printed
 
 
 def test_no_check_on_a_cpu_or_for_a_cpu_run():
