@@ -14,8 +14,9 @@ Implemented (all at `Z` = 2 standard errors, the band the writeup prints as "±x
   `band`, the band a difference of two single runs must exceed: sd x sqrt 2 times Student's t quantile with
   n - 1 degrees of freedom at the coverage of 2 s.e. (`t_multiplier`: 4.53 for 3 seeds, not 2 -- an sd estimated
   from three runs is itself uncertain, and a z band on it would call chance differences real);
-- `spread_band(xs, ys)`: 2 s.e. of the difference of two means from their samples' spread (seed repeats of two
-  configs; the first vs last third of a logged metric);
+- `spread_band(xs, ys)`: the band of the difference of two means from their samples' spread (seed repeats of two
+  configs; the first vs last third of a logged metric): Welch's s.e. times Student's t at its Welch-Satterthwaite
+  degrees of freedom (`t_multiplier`), for the same reason as the seed band;
 - `correlation(xs, ys)`: Pearson's r (`statistics.correlation`) with its Fisher-z interval;
 - `Noise` (a difference, its question band and, when measured, its seed band) with its `Verdict`, and
   `noise_words`, the one wording every section prints.
@@ -119,7 +120,7 @@ def paired(a: Sequence[float], b: Sequence[float], z: float = Z) -> Paired:
 
 # ---- run-to-run variation ---------------------------------------------------------------------------------------
 
-def t_multiplier(degrees_of_freedom: int, z: float = Z) -> float:
+def t_multiplier(degrees_of_freedom: float, z: float = Z) -> float:
     """Student's t quantile with `degrees_of_freedom` at the two-sided coverage of `z` standard errors (z = 2:
     95.45%): what replaces z when the sd is estimated from degrees_of_freedom + 1 values (1: 13.97, 2: 4.53,
     9: 2.32; it tends to z)."""
@@ -157,11 +158,18 @@ def seed_band(values: Sequence[float], z: float = Z) -> SeedBand | None:
 
 
 def spread_band(xs: Sequence[float], ys: Sequence[float], z: float = Z) -> float | None:
-    """z standard errors of mean(xs) - mean(ys) from the samples' own spread: z sqrt(var x / n_x + var y / n_y)
-    (None with fewer than 2 values on a side)."""
+    """The band of mean(xs) - mean(ys) from the samples' own spread (None with fewer than 2 values on a side):
+    Welch's standard error sqrt(var x / n_x + var y / n_y) times Student's t at the coverage of `z` s.e.'s, with
+    the Welch-Satterthwaite degrees of freedom -- two seed repeats a side leave the spread barely known (1 to 2
+    degrees of freedom), so z would call chance differences real; many values a side (a logged metric's thirds)
+    give about z. 0 when neither side varies."""
     if len(xs) < 2 or len(ys) < 2:
         return None
-    return z * math.sqrt(statistics.variance(xs) / len(xs) + statistics.variance(ys) / len(ys))
+    part_x, part_y = statistics.variance(xs) / len(xs), statistics.variance(ys) / len(ys)
+    if part_x + part_y == 0:
+        return 0.0
+    freedom = (part_x + part_y) ** 2 / (part_x ** 2 / (len(xs) - 1) + part_y ** 2 / (len(ys) - 1))
+    return t_multiplier(freedom, z) * math.sqrt(part_x + part_y)
 
 
 # ---- correlation --------------------------------------------------------------------------------------------------

@@ -214,7 +214,7 @@ def answer_off_policy(facts: Facts) -> list[str]:
     answers.append("Seconds per GRPO step and validation-reward rise per wall-clock minute: " + ", ".join(
         f"`{r['label']}` {facts.seconds(r['label'])['total']:.1f} s, {per_minute(r):+.1f} points/min"
         for r in facts.rows.values()) + ".")
-    answers += [f"`{label}`, first vs last third of its GRPO steps (±2 s.e.): "
+    answers += [f"`{label}`, first vs last third of its GRPO steps (Welch band, Student's t): "
                 f"{facts.trend_text(label, 'train/entropy')}; {facts.trend_text(label, 'train/response_length_mean')}."
                 for label in facts.rows]
     return answers + _diverged_sentences(facts)

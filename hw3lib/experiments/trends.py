@@ -1,7 +1,8 @@
 """Trends and stability of a grid's runs, as findings (numbers and verdicts; `hw3lib.experiments.render` words them).
 
 - `trend(values)`: a logged metric's mean over the first third of the GRPO steps against the last third, with the
-  2-s.e. band of that difference from the per-step spread (`hw3lib.core.stats.spread_band`): "rose"/"fell" only
+  band of that difference from the per-step spread (`hw3lib.core.stats.spread_band`, Welch's s.e. times Student's
+  t): "rose"/"fell" only
   beyond it, else "flat";
 - `config_stability(runs, records)`: skipped non-finite steps, divergence, the largest gradient norm against the
   median, the largest step-to-step drop of the training reward (against its binomial band over the rollout batch)
@@ -43,7 +44,8 @@ def series(runs: list[RunResult], key: str) -> list[float]:
 
 def trend(values: list[float], what: str) -> dict:
     """Mean over the first third of `values` (one per GRPO step) vs the last third, their difference and
-    its noise band (2 s.e. of the difference of the two means, from the per-step spread in each third),
+    its noise band (`spread_band`: Welch's s.e. of the difference of the two means, from the per-step spread in
+    each third, times Student's t),
     with `text` in words: "rose"/"fell" only beyond the band, else "flat within noise"; fewer than 2 steps
     per third: "too few steps"."""
     n = len(values)

@@ -73,8 +73,14 @@ def test_seed_band_and_spread_band_by_hand():
     assert 2.0 < t_multiplier(1000) < 2.01  # many runs: the z band
     assert seed_band([0.4, 0.6]).band == pytest.approx(13.967730 * math.sqrt(0.02) * math.sqrt(2), abs=1e-6)
     assert seed_band([0.4]) is None
-    # Two repeats each: 2 sqrt(0.02/2 + 0/2) = 0.2.
-    assert spread_band([0.4, 0.6], [0.5, 0.5]) == pytest.approx(0.2)
+    # Two repeats each: Welch s.e. sqrt(0.02/2 + 0/2) = 0.1; Welch-Satterthwaite df = 0.01^2 / (0.01^2 / 1) = 1, so
+    # t(1) = 13.967730 and the band is 1.396773 (z would have said 0.2).
+    assert spread_band([0.4, 0.6], [0.5, 0.5]) == pytest.approx(1.396773, abs=1e-6)
+    # 1..5 (variance 2.5, 5 values: 0.5) against 2, 4, 6 (variance 4, 3 values: 4/3): s.e.^2 = 11/6; df =
+    # (11/6)^2 / (0.5^2 / 4 + (4/3)^2 / 2) = 3.361111 / 0.951389 = 3.532847; t at 97.725% with 3.53 df = 3.031646;
+    # band = 3.031646 sqrt(11/6) = 4.104868.
+    assert spread_band([1, 2, 3, 4, 5], [2, 4, 6]) == pytest.approx(4.104868, abs=1e-6)
+    assert spread_band([0.5, 0.5], [0.3, 0.3]) == 0.0  # nothing varies: no band (not a division by zero)
     assert spread_band([0.4], [0.5, 0.5]) is None
 
 

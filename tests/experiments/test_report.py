@@ -324,17 +324,19 @@ RISING = [1.0, 2.0, 1.0, 2.0, 5.0, 5.0, 5.0, 5.0, 3.0, 4.0, 3.0, 4.0]
 
 
 def test_trend_compares_the_first_and_last_thirds_against_their_noise_band():
-    # 12 steps, thirds of 4: means 1.5 and 3.5, each third's sample variance (4 x 0.25) / 3 = 1/3, so the band is
-    # 2 sqrt(1/3 / 4 + 1/3 / 4) = 2 sqrt(1/6) = 0.8165: +2 is beyond it.
+    # 12 steps, thirds of 4: means 1.5 and 3.5, each third's sample variance (4 x 0.25) / 3 = 1/3, so Welch's s.e. is
+    # sqrt(1/3 / 4 + 1/3 / 4) = sqrt(1/6) = 0.408248 with (equal variances and sizes) 2 x 3 = 6 degrees of freedom:
+    # t(6) at 2 s.e.'s coverage is 2.516524, the band 2.516524 x 0.408248 = 1.027367: +2 is beyond it.
     rose = trend(RISING, "entropy")
     assert (rose["first_third"], rose["last_third"], rose["window"]) == (1.5, 3.5, 4)
-    assert rose["band"] == pytest.approx(0.81650, abs=1e-5)
-    assert rose["text"] == "entropy rose: 1.5 -> 3.5 (+2, beyond noise, band ±0.816)"
-    assert trend(RISING[::-1], "entropy")["text"] == "entropy fell: 3.5 -> 1.5 (-2, beyond noise, band ±0.816)"
-    # Thirds [1, 3, 1, 3] and [1.5, 3.5, 1.5, 3.5]: means 2 and 2.5, variances 4/3 each, band 2 sqrt(2/3) = 1.633.
+    assert rose["band"] == pytest.approx(1.027367, abs=1e-6)
+    assert rose["text"] == "entropy rose: 1.5 -> 3.5 (+2, beyond noise, band ±1.03)"
+    assert trend(RISING[::-1], "entropy")["text"] == "entropy fell: 3.5 -> 1.5 (-2, beyond noise, band ±1.03)"
+    # Thirds [1, 3, 1, 3] and [1.5, 3.5, 1.5, 3.5]: means 2 and 2.5, variances 4/3 each, s.e. sqrt(2/3) = 0.816497,
+    # 6 degrees of freedom: band 2.516524 x 0.816497 = 2.054733.
     flat = trend([1.0, 3.0, 1.0, 3.0, 0.0, 0.0, 0.0, 0.0, 1.5, 3.5, 1.5, 3.5], "gradient norm")
-    assert flat["direction"] == "flat" and flat["band"] == pytest.approx(1.63299, abs=1e-5)
-    assert flat["text"] == "gradient norm flat (within noise, band ±1.63): 2 -> 2.5"
+    assert flat["direction"] == "flat" and flat["band"] == pytest.approx(2.054733, abs=1e-6)
+    assert flat["text"] == "gradient norm flat (within noise, band ±2.05): 2 -> 2.5"
     assert trend([1.0] * 5, "KL k3") == {"steps": 5, "window": 1,
                                          "text": "KL k3: too few steps (5 GRPO steps; each third needs at least 2)"}
 
@@ -352,7 +354,7 @@ def test_trends_average_seed_repeats_step_by_step_and_appear_in_the_summary():
                                              "third needs at least 2.")
     # The fake rows log a constant training reward 0.3: flat, band 0.
     assert summary["trend_sentences"][1] == ("`no_baseline`: training reward flat (within noise, band ±0): 0.3 -> "
-                                             "0.3; entropy rose: 1.5 -> 3.5 (+2, beyond noise, band ±0.816).")
+                                             "0.3; entropy rose: 1.5 -> 3.5 (+2, beyond noise, band ±1.03).")
 
 
 def test_learning_rate_checks_the_handouts_25_percent_target():
@@ -449,8 +451,8 @@ def test_off_policy_states_entropy_and_length_trends_and_the_grids_rationale():
     grid = _grid("off_policy", {"e1_b256": {}, "e2_b64": {}})
     runs = {"e1_b256": _ends(0.3, 0.5), "e2_b64": {**_ends(0.3, 0.5), "per_step": {"train/entropy": RISING[::-1]}}}
     answers = grid_summary(_result(grid, runs))["answers"]
-    assert ("`e2_b64`, first vs last third of its GRPO steps (±2 s.e.): entropy fell: 3.5 -> 1.5 (-2, beyond noise, "
-            "band ±0.816); response length: not logged.") in answers
+    assert ("`e2_b64`, first vs last third of its GRPO steps (Welch band, Student's t): entropy fell: 3.5 -> 1.5 "
+            "(-2, beyond noise, band ±1.03); response length: not logged.") in answers
     rationale = build_grid("off_policy", "full").rationale  # from the grid's own configs
     assert ("epochs_per_rollout_batch takes {1, 2, 4} and train_batch_size {256, 128, 64} (the rollout batch / "
             "{1, 2, 4})") in rationale and "1 to 16 optimizer steps per rollout batch" in rationale
