@@ -59,3 +59,20 @@ def test_the_readme_says_whose_stored_outputs_are_where():
         else:
             assert f"`{name}`" in paragraph.split("none stored yet")[0].rsplit(";", 1)[-1], (
                 f"README does not say {name} has no stored outputs yet")
+
+
+def test_each_stored_courses_folder_has_its_current_readme():
+    """Issue 43: a course's folder (courses/<course>/) opens with a short README of whose workbook it is, how to
+    run it and where its runs go, generated from the preset (`course_readme`), so a changed preset shows here."""
+    from hw3lib.core.course import get_course
+    from hw3lib.workbook.store_outputs import course_readme
+
+    folders = sorted({path.parents[1] for path in ROOT.glob("courses/*/notebooks/*.ipynb")})
+    assert folders, "no course's stored outputs under courses/"
+    for folder in folders:
+        readme = folder / "README.md"
+        assert readme.is_file(), f"{folder.name}: no README.md (make store-outputs COURSE={folder.name} writes it)"
+        assert readme.read_text() == course_readme(get_course(folder.name)), (
+            f"{readme.relative_to(ROOT)} is stale: python -m hw3lib.workbook.store_outputs --course {folder.name} "
+            "--readme")
+        assert f"(courses/{folder.name}/README.md)" in README, f"the README does not link {folder.name}'s"

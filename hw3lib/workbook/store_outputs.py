@@ -9,7 +9,9 @@ keep their own cells and ids.
 
 `--course NAME` stores a course's run (another course than the default one) as full copies of the notebooks in
 `courses/<course>/notebooks/`, so each course's readers see their own results (`make store-outputs
-COURSE=NAME` runs that course's workbook first). `--tidy` only tidies the stored notebooks in place.
+COURSE=NAME` runs that course's workbook first), and writes the folder's short README (`course_readme`: whose
+workbook it is, how to run it, where its runs go, its handout's sections). `--tidy` only tidies the stored
+notebooks in place; `--readme` only writes that README.
 
 What is stored is tidied for a reader (`tidy`): a progress bar (a live widget, whose saved state shows "0%" once
 the kernel is gone) becomes one line naming it; figures are stored at most `MAX_FIGURE_WIDTH` pixels wide in a
@@ -146,6 +148,44 @@ def store(executed_dir: Path, notebooks_dir: Path, template_dir: Path | None = N
     return [committed for committed, _ in results]
 
 
+def course_readme(course) -> str:
+    """The README of a course's folder (courses/<course>/README.md), from its preset (`hw3lib.core.course.Course`),
+    so it cannot drift from what the notebooks run."""
+    from hw3lib.core.course import COURSES, DEFAULT_SETTING, section_table
+
+    def runs(folder: str) -> str:
+        return "`runs/`" if folder == DEFAULT_SETTING else f"`runs/{folder}/`"
+
+    sharing = [other.name for other in COURSES.values()
+               if other.name != course.name and other.runs_folder("smoke") == course.runs_folder("smoke")]
+    shared = f" (shared with {', '.join(f'`{name}`' for name in sharing)}: the same configs, trained once)" \
+        if sharing else ""
+    return "\n".join([
+        f"# {course.handout}: the hw3 workbook", "",
+        f"The workbook as a {course.handout} student runs it: {course.title} on a GPU, a tiny model on a CPU.",
+        "From the project root (setup and profiles: the main [README](../../README.md)):", "",
+        "```bash",
+        f"HW3_COURSE={course.name} make workbook                # your handout's sections, then your writeup",
+        f"HW3_COURSE={course.name} HW3_EXTRAS=1 make workbook   # every section, the extras too",
+        "```", "",
+        f"- `notebooks/`: the stored outputs of a smoke run of every section (`make store-outputs COURSE="
+        f"{course.name}`), what your own smoke run should look like;",
+        "- `figures/` and `writeup/writeup.pdf`: written here by your own runs (not committed);",
+        f"- runs: {runs(course.runs_folder('smoke'))} in smoke{shared}, {runs(course.runs_folder('full'))} in full;",
+        f"- your `tests/adapters.py` is one line: `from {course.adapters} import *`.", "",
+        section_table(course), ""])
+
+
+def write_course_readme(course, folder: Path) -> Path:
+    """Write `course_readme(course)` to `folder`/README.md (through a temporary file); returns its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "README.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(course_readme(course))
+    tmp.replace(path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("executed", nargs="?", type=Path, default=None, help="folder of executed notebooks "
@@ -154,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to store them (default: notebooks/, or courses/<course>/notebooks/)")
     parser.add_argument("--course", default=None, help="the course whose run is stored (default: $HW3_COURSE)")
     parser.add_argument("--tidy", action="store_true", help="only tidy the stored notebooks in place")
+    parser.add_argument("--readme", action="store_true", help="only write the course folder's README.md")
     args = parser.parse_args(argv)
     from hw3lib.core.course import DEFAULT_COURSE, get_course
 
@@ -167,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["HW3_COURSE"] = course  # the course's runs folder (hw3lib.core.io.runs_dir)
     own = project_root() / "notebooks" if course == DEFAULT_COURSE else project_root() / "courses" / course / "notebooks"
     target = args.notebooks or own
+    if args.readme:
+        if course == DEFAULT_COURSE:
+            parser.error(f"--readme: {course}'s notebooks are notebooks/, described by the main README")
+        print(f"wrote {write_course_readme(get_course(course), own.parent).relative_to(project_root())}")
+        return 0
     if args.tidy:
         written = tidy_in_place(target)
         print("tidied " + (", ".join(path.name for path in written) or f"nothing: no notebooks in {target}"))
@@ -179,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"store_outputs: {exc}", file=sys.stderr)
         return 1
     print(f"stored the outputs of {', '.join(path.name for path in written)} in {target}")
+    if course != DEFAULT_COURSE and args.notebooks is None:
+        print(f"wrote {write_course_readme(get_course(course), own.parent).relative_to(project_root())}")
     return 0
 
 

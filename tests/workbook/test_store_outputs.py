@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from hw3lib.workbook.store_outputs import main, store
+from hw3lib.core.course import get_course
+from hw3lib.workbook.store_outputs import course_readme, main, store
 
 
 def code(source: str, outputs=(), tags=(), count=None) -> dict:
@@ -135,3 +136,23 @@ def test_another_courses_run_is_stored_in_its_own_folder_from_the_committed_note
     assert json.loads(own.read_text())["cells"][2]["outputs"][0] == stream("1\n")
     assert (committed / "01_a.ipynb").read_text() == before  # the default course's stored outputs untouched
     assert main(["--course", "cs336-a5", "--tidy"]) == 0 and own.is_file()
+    readme = (tmp_path / "courses" / "cs336-a5" / "README.md").read_text()
+    assert readme == store_outputs.course_readme(get_course("cs336-a5"))
+    (tmp_path / "courses" / "cs336-a5" / "README.md").unlink()
+    assert main(["--course", "cs336-a5", "--readme"]) == 0  # the README alone, written again
+    assert (tmp_path / "courses" / "cs336-a5" / "README.md").read_text() == readme
+    with pytest.raises(SystemExit):  # the default course's notebooks/ has the main README
+        main(["--course", "nlpdl-hw3", "--readme"])
+
+
+def test_a_course_readme_says_how_to_run_it_where_its_runs_go_and_its_sections():
+    readme = course_readme(get_course("cse599o-a3"))
+    assert readme.startswith("# CSE 599-O A3: the hw3 workbook\n")
+    assert "HW3_COURSE=cse599o-a3 make workbook " in readme and "make store-outputs COURSE=cse599o-a3" in readme
+    # Both MATH courses train the same runs: the README says so, and where they are in each profile.
+    assert "- runs: `runs/math-qwen2.5/` in smoke (shared with `cs336-a5`: the same configs, trained once), " \
+           "`runs/math-qwen2.5/` in full;" in readme
+    assert "| 04 keyword inclusion on your own model | yes |" in readme and "| 02 Best-of-N | extra |" in readme
+    olmo = course_readme(get_course("cs336-a5-2026"))  # in smoke the GSM8K courses' runs (runs/ itself)
+    assert "`runs/` in smoke (shared with `nlpdl-hw3`: the same configs, trained once), `runs/gsm8k-olmo/` in full" in olmo
+    assert "`from hw3lib.adapters_cs336_2026 import *`" in olmo
