@@ -32,7 +32,7 @@ import re
 import sys
 from pathlib import Path
 
-from hw3lib.core.io import project_root, runs_dir
+from hw3lib.core.io import atomic_write_text, project_root, runs_dir
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:tmp|home|root|Users|work)/[\w.-]+")
 
@@ -114,10 +114,7 @@ def tidy(notebook: dict) -> dict:
 
 
 def _write(path: Path, notebook: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".ipynb.tmp")
-    tmp.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
 
 
 def tidy_in_place(notebooks_dir: Path) -> list[Path]:
@@ -178,12 +175,7 @@ def course_readme(course) -> str:
 
 def write_course_readme(course, folder: Path) -> Path:
     """Write `course_readme(course)` to `folder`/README.md (through a temporary file); returns its path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "README.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(course_readme(course))
-    tmp.replace(path)
-    return path
+    return atomic_write_text(folder / "README.md", course_readme(course))
 
 
 def main(argv: list[str] | None = None) -> int:
