@@ -2,7 +2,9 @@
 
 `run_grid(grid)` trains each config into `runs/<grid>/<config>/` (finished runs are reused, interrupted ones
 resumed from their checkpoint; a config identical to a run of another grid is trained once and read from there,
-`shared_run_name`); `runs/<grid>/grid.json` names where each config's run lives. Each run is watched by a
+`shared_run_name`); `runs/<grid>/grid.json` names where each config's run lives. A run killed before its first
+checkpoint (a dead kernel: Ctrl-C writes one) has nothing to resume from; its folder is moved, whole, to
+`runs/.interrupted/` and the config trained afresh (`set_aside_unstarted`). Each run is watched by a
 `DivergenceCheck`: a non-finite loss or gradient norm, or a collapsed training reward, stops it early; it is
 recorded as `diverged` (reason and step) in grid.json and the run's `stopped.json` and never retrained.
 The grids themselves (which configs, which questions) are `hw3lib.experiments.grids`.
@@ -14,19 +16,23 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hw3lib.core.io import atomic_write_json, runs_dir
 from hw3lib.core.lifecycle import RunResult, read_result
-from hw3lib.core.runs import latest_checkpoint, metrics_rows
+from hw3lib.core.runs import has_outputs, latest_checkpoint, metrics_rows
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.loop import STOPPED_FILE
 
 # Config fields that do not change what a run computes: ignored when looking for a shared run.
 NOT_COMPUTED = ("name", "checkpoint_every", "wandb_project")
 GRID_FILE = "grid.json"
+INTERRUPTED_DIR = ".interrupted"  # under runs/: one level down, so no run lookup (`shared_run_name`) finds them
 GRID_NAMES: set[str] = set()
 """The grids' names (`hw3lib.experiments.grids` adds them: it imports this module, not the other way round):
 folders under runs/ whose runs `shared_run_name` may share, with or without their grid.json yet."""
@@ -148,6 +154,23 @@ def read_stopped(run_dir) -> dict | None:
     return stopped if stopped["grpo_step"] == json.loads((checkpoint / "state.json").read_text())["grpo_step"] else None
 
 
+def set_aside_unstarted(run_dir: Path) -> Path:
+    """Move a run folder that holds outputs but no checkpoint to `runs/.interrupted/<name>-<time>/` and say so:
+    kept (the user's outputs are never deleted implicitly), and out of the way of a fresh run of its config."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    name = run_dir.relative_to(runs_dir()).as_posix().replace("/", "__")
+    target = runs_dir() / INTERRUPTED_DIR / f"{name}-{stamp}"
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = target.with_name(f"{name}-{stamp}-{suffix}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(run_dir, target)
+    print(f"{run_dir} stopped before its first checkpoint (nothing to resume from): its outputs were moved to "
+          f"{target}; training it afresh", flush=True)
+    return target
+
+
 def run_config(cfg: GRPOConfig, check: DivergenceCheck | None = None,
                callback: Callable[[dict], None] | None = None) -> tuple[RunResult, dict]:
     """Train (or reuse, or resume) one run, watched by `check`: `(result, record)`."""
@@ -162,6 +185,8 @@ def run_config(cfg: GRPOConfig, check: DivergenceCheck | None = None,
     else:
         check = check if check is not None else DivergenceCheck()
         checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None and has_outputs(run_dir):  # killed before its first checkpoint
+            set_aside_unstarted(run_dir)
         if checkpoint is not None:  # a resumed run: the rewards before its checkpoint count
             check.seed(metrics_rows(run_dir), json.loads((checkpoint / "state.json").read_text())["grpo_step"])
         result = train(cfg, resume=True, callback=callback, stop_when=check)

@@ -392,6 +392,35 @@ def test_runner_resumes_reuses_shares_and_records_divergence(monkeypatch):
     assert again.results["a"].metrics == run.metrics
 
 
+def test_a_run_killed_before_its_first_checkpoint_is_set_aside_and_trained_afresh(capsys):
+    """A kernel that dies before a run's first checkpoint (no Ctrl-C, so no interrupt checkpoint) leaves metrics and
+    no checkpoint: resuming the grid used to stop on RunExistsError. Its folder is now moved whole to
+    runs/.interrupted/ (kept, byte for byte) and the config trained from scratch."""
+    from hw3lib.core.io import runs_dir
+    from hw3lib.core.runs import CHECKPOINTS_DIR, METRICS_FILE
+    from hw3lib.experiments.runner import shared_run_name
+
+    def die(info):  # anything but KeyboardInterrupt: nothing catches it, as when the process is killed
+        if info["grpo_step"] == 1:
+            raise RuntimeError("kernel died")
+
+    grid = tiny_grid("g_killed", {"a": {"checkpoint_every": 100}})
+    with pytest.raises(RuntimeError, match="kernel died"):
+        run_grid(grid, callback=die)
+    run_dir = runs_dir() / "g_killed" / "a"
+    partial = (run_dir / METRICS_FILE).read_text()
+    assert partial and not (run_dir / CHECKPOINTS_DIR).exists()
+
+    result = run_grid(grid)
+    assert result.records["a"]["status"] == "finished" and result.records["a"]["run"] == "g_killed/a"
+    assert [r["grpo_step"] for r in result.results["a"].eval_rows] == [0, 2]
+    kept = list((runs_dir() / ".interrupted").iterdir())
+    assert [p.name.rsplit("-", 1)[0] for p in kept] == ["g_killed__a"]
+    assert (kept[0] / METRICS_FILE).read_text() == partial and (kept[0] / "config.json").is_file()
+    assert "stopped before its first checkpoint" in capsys.readouterr().out
+    assert shared_run_name(grid.configs["a"]) == "g_killed/a"  # the set-aside copy is not a run to share
+
+
 def test_derived_run_names_follow_the_derivation():
     """A grid built from earlier grids' winners names each run after its change: other winners, another run;
     the same winners, the same run (issue 23: a short sweep's leaderboard run, then a longer sweep's)."""
