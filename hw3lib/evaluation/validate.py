@@ -11,7 +11,7 @@ in full (`samples/<name>.jsonl`, for reading) and every question's 0/1 answer re
 (`samples/<name>.outcomes.json`: a few hundred bytes), so that two runs validated on the same questions are
 compared paired, question by question (hw3lib.core.stats.paired), instead of as two independent samples.
 `read_outcomes` reads them back (or, for a run made before the outcomes file, from the saved rollouts when they
-hold every question).
+hold every question); `run_outcomes` / `paired_outcomes` those of a run's (`RunResult`'s) validations.
 """
 
 from __future__ import annotations
@@ -113,3 +113,24 @@ def read_outcomes(run_dir: str | Path, name: str, n: int) -> Outcomes | None:
     if outcomes is None:
         return None
     return Outcomes(tuple(outcomes), questions_digest([s.get("question", "") for s in samples]))
+
+
+def run_outcomes(run, which: int) -> Outcomes | None:
+    """The run's per-question outcomes at its validation `which` (-1: last, 0: first), or None where they were
+    not kept (`hw3lib.evaluation.validate.read_outcomes`)."""
+    if run.run_dir is None or not run.eval_rows:
+        return None
+    row = run.eval_rows[which]
+    if "grpo_step" not in row:
+        return None
+    return read_outcomes(run.run_dir, f"step_{row['grpo_step']:04d}", row.get("eval/n", -1))
+
+
+def paired_outcomes(a, b, which_a: int = -1,
+                    which_b: int = -1) -> tuple[list[int] | None, list[int] | None]:
+    """Both runs' per-question outcomes when both kept every question's outcome of the same validation set, in
+    the same order (else (None, None): the comparison is unpaired)."""
+    found_a, found_b = run_outcomes(a, which_a), run_outcomes(b, which_b)
+    if found_a is None or found_b is None or found_a.questions != found_b.questions:
+        return None, None
+    return list(found_a.answer_rewards), list(found_b.answer_rewards)

@@ -22,8 +22,8 @@ import statistics
 from dataclasses import dataclass
 
 from hw3lib.core.io import runs_dir
-from hw3lib.core.lifecycle import RunResult
 from hw3lib.core.stats import Noise, SeedBand, compare_outcomes, seed_band, spread_band, unpaired_band
+from hw3lib.evaluation.validate import paired_outcomes
 from hw3lib.experiments.runner import GridResult
 
 METRIC = "eval/answer_reward"
@@ -42,29 +42,6 @@ def read_seed_band(profile: str) -> SeedBand | None:
     if stored.get("profile") != profile:
         return None
     return seed_band(stored["values"])  # recomputed: a file from before the t multiplier holds a z band
-
-
-def _outcomes(run: RunResult, which: int):
-    """The run's per-question outcomes at its validation `which` (-1: last, 0: first), or None where they were
-    not kept (`hw3lib.evaluation.validate.read_outcomes`)."""
-    if run.run_dir is None or not run.eval_rows:
-        return None
-    from hw3lib.evaluation.validate import read_outcomes
-
-    row = run.eval_rows[which]
-    if "grpo_step" not in row:
-        return None
-    return read_outcomes(run.run_dir, f"step_{row['grpo_step']:04d}", row.get("eval/n", -1))
-
-
-def paired_outcomes(a: RunResult, b: RunResult, which_a: int = -1,
-                    which_b: int = -1) -> tuple[list[int] | None, list[int] | None]:
-    """Both runs' per-question outcomes when both kept every question's outcome of the same validation set, in
-    the same order (else (None, None): the comparison is unpaired)."""
-    found_a, found_b = _outcomes(a, which_a), _outcomes(b, which_b)
-    if found_a is None or found_b is None or found_a.questions != found_b.questions:
-        return None, None
-    return list(found_a.answer_rewards), list(found_b.answer_rewards)
 
 
 def group_noise(result: GridResult, group: str, other: str, seed_band: float | None = None,

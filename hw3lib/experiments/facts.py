@@ -4,14 +4,16 @@ difference between its runs, from `hw3lib.experiments.compare` and `hw3lib.core.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hw3lib.core.lifecycle import RunResult
-from hw3lib.core.stats import Noise, compare_outcomes, unpaired_band
-from hw3lib.experiments.compare import group_noise, paired_outcomes, seed_context
+from hw3lib.core.stats import Noise, unpaired_band
+from hw3lib.experiments.compare import group_noise, seed_context
 from hw3lib.experiments.plots import per_grpo_step
 from hw3lib.experiments.render import render_stability
 from hw3lib.experiments.runner import GridResult
 from hw3lib.experiments.trends import METRIC, METRIC_NAMES, config_stability, metric_trends
-from hw3lib.grpo.results import time_breakdown
+from hw3lib.grpo.results import rise_noise, time_breakdown
 
 PHASES = ("generation", "scoring", "old_logprobs", "train", "weight_sync", "eval")
 
@@ -105,11 +107,8 @@ class Facts:
         """The group's validation reward at its end minus its start (the same questions): paired where the run
         saved every question at both validations, else unpaired; the seed band too."""
         runs = self.runs(group)
-        if len(runs) == 1:
-            run = runs[0]
-            first, last = run.eval_rows[0], run.eval_rows[-1]
-            return compare_outcomes(*paired_outcomes(run, run, -1, 0), last[METRIC], last["eval/n"],
-                                    first[METRIC], first["eval/n"], self.seed)
+        if len(runs) == 1 and len(runs[0].eval_rows) > 1:
+            return dataclasses.replace(rise_noise(runs[0]), seed_band=self.seed)
         row = self.rows[group]
         return Noise(row["rise"], unpaired_band(row["end"], row["n"], row["start"], row["n"]), False, self.seed)
 

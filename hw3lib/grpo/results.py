@@ -14,6 +14,7 @@ import numpy as np
 from hw3lib.core.io import read_jsonl
 from hw3lib.core.lifecycle import RunResult
 from hw3lib.core.runs import SAMPLES_DIR
+from hw3lib.core.stats import Noise, compare_outcomes, noise_words
 from hw3lib.core.writeup_keys import config_settings
 
 TIME_PARTS = ("generation", "scoring", "old_logprobs", "train", "weight_sync")
@@ -36,9 +37,40 @@ def time_breakdown(metrics: Sequence[dict]) -> list[dict]:
     return [steps[k] for k in sorted(steps)]
 
 
+def rise_noise(result: RunResult) -> Noise | None:
+    """The run's validation answer reward at its last validation minus its first, with its noise: the same
+    questions, so paired (exact McNemar) when both validations kept every question's outcome, else the unpaired
+    band of the two rates; None before a second validation."""
+    from hw3lib.evaluation.validate import paired_outcomes
+
+    evals = result.eval_rows
+    if len(evals) < 2:
+        return None
+    first, last = evals[0], evals[-1]
+    return compare_outcomes(*paired_outcomes(result, result, -1, 0), last["eval/answer_reward"], last["eval/n"],
+                            first["eval/answer_reward"], first["eval/n"])
+
+
+def learning_sentence(summary: dict, result: RunResult) -> str:
+    """Notebook 04's headline (Markdown): the validation answer reward before and after training, the rise with
+    its noise verdict, and what it cost."""
+    from hw3lib.evaluation.validate import validation_label
+
+    cfg = result.config
+    noise = summary.get("eval_answer_reward_rise_noise")
+    verdict = f": {summary['eval_answer_reward_rise_words']}" if noise else ""
+    return (f"Validation answer reward went from **{summary['eval_answer_reward_start']:.1%}** to "
+            f"**{summary['eval_answer_reward_end']:.1%}** ({100 * summary['eval_answer_reward_rise']:+.1f} points"
+            f"{verdict}) in {summary['wall_clock_s'] / 60:.1f} minutes of training ({result.grpo_steps} GRPO steps, "
+            f"{result.optimizer_steps} optimizer steps, {len(result.eval_rows)} validations on "
+            f"{cfg.n_eval_examples} held-out questions, {validation_label(cfg)}).")
+
+
 def run_summary(result: RunResult) -> dict:
-    """Key numbers of a run for the writeup: validation before/after, rise, wall-clock, mean step time."""
+    """Key numbers of a run for the writeup: validation before/after, rise (with its noise verdict), wall-clock,
+    mean step time."""
     evals, rows = result.eval_rows, result.train_rows
+    rise = rise_noise(result)
     breakdown = time_breakdown(result.metrics)
     mean_parts = {part: float(np.mean([b[part] for b in breakdown])) if breakdown else 0.0
                   for part in (*TIME_PARTS, "eval")}
@@ -49,6 +81,8 @@ def run_summary(result: RunResult) -> dict:
         "eval_answer_reward_start": evals[0]["eval/answer_reward"] if evals else None,
         "eval_answer_reward_end": evals[-1]["eval/answer_reward"] if evals else None,
         "eval_answer_reward_rise": evals[-1]["eval/answer_reward"] - evals[0]["eval/answer_reward"] if evals else None,
+        "eval_answer_reward_rise_noise": rise.to_dict() if rise else None,
+        "eval_answer_reward_rise_words": noise_words(rise) if rise else None,
         "eval_format_reward_end": evals[-1]["eval/format_reward"] if evals else None,
         "train_reward_first": rows[0]["train/reward"] if rows else None,
         "train_reward_last": rows[-1]["train/reward"] if rows else None,
