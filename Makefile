@@ -82,8 +82,9 @@ walk-gsm8k: setup
 		'export HW3_EXTRAS=1 && $(PY) -m pytest -q -p no:cacheprovider --durations=10 --nbval-lax --nbval-current-env notebooks/ \
 		 && $(PY) -m hw3lib.workbook.writeup --check \
 		 && HW3_COURSE=cs336-a5-2026 HW3_EXTRAS=0 $(PY) -m hw3lib.workbook.run'
-# The MATH presets (papermill; the stored outputs are NLPDL's, so nbval has nothing to compare): CSE 599-O with
-# every section, then CS336 2025 with its handout's, reading back the runs the two share.
+# The MATH presets (papermill, from notebooks/ with each preset; their stored outputs under courses/<course>/notebooks/
+# are `make store-outputs COURSE=...`'s, held to the current code by tests/workbook/test_stored_notebooks.py):
+# CSE 599-O with every section, then CS336 2025 with its handout's, reading back the runs the two share.
 walk-math: setup
 	$(SMOKE_SHORT) $(PY) -m hw3lib.workbook.isolated bash -c \
 		'HW3_COURSE=cse599o-a3 HW3_EXTRAS=1 $(PY) -m hw3lib.workbook.run \

@@ -51,21 +51,6 @@ def rise_noise(result: RunResult) -> Noise | None:
                             first["eval/answer_reward"], first["eval/n"])
 
 
-def learning_sentence(summary: dict, result: RunResult) -> str:
-    """Notebook 04's headline (Markdown): the validation answer reward before and after training, the rise with
-    its noise verdict, and what it cost."""
-    from hw3lib.evaluation.validate import validation_label
-
-    cfg = result.config
-    noise = summary.get("eval_answer_reward_rise_noise")
-    verdict = f": {summary['eval_answer_reward_rise_words']}" if noise else ""
-    return (f"Validation answer reward went from **{summary['eval_answer_reward_start']:.1%}** to "
-            f"**{summary['eval_answer_reward_end']:.1%}** ({100 * summary['eval_answer_reward_rise']:+.1f} points"
-            f"{verdict}) in {summary['wall_clock_s'] / 60:.1f} minutes of training ({result.grpo_steps} GRPO steps, "
-            f"{result.optimizer_steps} optimizer steps, {len(result.eval_rows)} validations on "
-            f"{cfg.n_eval_examples} held-out questions, {validation_label(cfg)}).")
-
-
 def run_summary(result: RunResult) -> dict:
     """Key numbers of a run for the writeup: validation before/after, rise (with its noise verdict), wall-clock,
     mean step time."""
