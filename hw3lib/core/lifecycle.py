@@ -112,7 +112,7 @@ def open_run(run_dir: Path, cfg, resume: bool, overwrite: bool) -> tuple[Path | 
     if checkpoint is None:
         if has_outputs(run_dir):
             raise refuse_existing(run_dir, "outputs but no checkpoint: it stopped before its first one, so "
-                                           "resume=True has nothing to continue from")
+                                           "resume=True has nothing to continue from", resumable=False)
         return None, None
     state = json.loads((checkpoint / "state.json").read_text())
     saved = json.loads((checkpoint / "config.json").read_text())

@@ -53,12 +53,13 @@ def has_outputs(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in (METRICS_FILE, CHECKPOINTS_DIR, SAMPLES_DIR))
 
 
-def refuse_existing(run_dir: Path, why: str) -> RunExistsError:
-    """The error for an existing run folder: what is there and the three ways forward."""
+def refuse_existing(run_dir: Path, why: str, resumable: bool = True) -> RunExistsError:
+    """The error for an existing run folder: what is there and the ways forward (resume only where a checkpoint
+    is there to continue from)."""
+    resume = "resume=True (hw3 train --resume) to continue it, " if resumable else ""
     return RunExistsError(
-        f"{run_dir} already holds a run ({why}). Choose: resume=True (hw3 train --resume) to continue it, "
-        f"another name (name=... / --name) to keep it and start a new one, or overwrite=True "
-        f"(--overwrite) to delete its outputs and start over.")
+        f"{run_dir} already holds a run ({why}). Choose: {resume}another name (name=... / --name) to keep it and "
+        f"start a new one, or overwrite=True (--overwrite) to delete its outputs and start over.")
 
 
 def delete_outputs(run_dir: Path) -> None:

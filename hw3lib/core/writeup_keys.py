@@ -46,7 +46,7 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
                "ei_reading",
                "grpo_run", "grpo_start", "grpo_end", "grpo_steps", "grpo_rollouts", "grpo_optimizer_steps",
                "thresholds", "settings"),
-    "seed_band": ("profile", "seeds", "runs", "n_grpo_steps", "n_eval", "values", "mean", "sd", "band"),
+    "seed_band": ("profile", "seeds", "runs", "n_grpo_steps", "n_eval", "values", "mean", "sd", "band", "multiplier"),
     "kissing": ("source", "llm_label", "model", "starter_points", "d11_roots_points", "code_582_points",
                 "local_search_points", "local_search_iterations", "llm_iterations", "agentic_best_score",
                 "best_of_n_best_score", "hybrid_best_score", "program_py_score", "deliverable"),

@@ -448,8 +448,9 @@ def test_an_existing_run_is_never_deleted_implicitly():
     redone = train(cfg.replace(learning_rate=1e-3), overwrite=True)
     assert json.loads((redone.run_dir / "config.json").read_text())["learning_rate"] == 1e-3
     (redone.run_dir / "checkpoints" / "latest").unlink()  # metrics without a checkpoint: still refused
-    with pytest.raises(RunExistsError, match="no checkpoint"):
+    with pytest.raises(RunExistsError, match="no checkpoint") as error:
         train(cfg, resume=True)
+    assert "Choose: another name" in str(error.value) and "--resume) to continue" not in str(error.value)
     with pytest.raises(ValueError, match="contradict"):
         train(cfg, resume=True, overwrite=True)
 
