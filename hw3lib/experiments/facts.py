@@ -107,8 +107,9 @@ class Facts:
         """The group's validation reward at its end minus its start (the same questions): paired where the run
         saved every question at both validations, else unpaired; the seed band too."""
         runs = self.runs(group)
-        if len(runs) == 1 and len(runs[0].eval_rows) > 1:
-            return dataclasses.replace(rise_noise(runs[0]), seed_band=self.seed)
+        found = rise_noise(runs[0]) if len(runs) == 1 else None
+        if found is not None:
+            return dataclasses.replace(found, seed_band=self.seed)
         row = self.rows[group]
         return Noise(row["rise"], unpaired_band(row["end"], row["n"], row["start"], row["n"]), False, self.seed)
 
