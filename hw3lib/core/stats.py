@@ -144,6 +144,11 @@ class SeedBand:
         """The band for a difference of two means over `runs_a` and `runs_b` seeds: multiplier sd sqrt(1/a + 1/b)."""
         return self.multiplier * self.sd * math.sqrt(1 / runs_a + 1 / runs_b)
 
+    def for_rise(self, runs: int = 1) -> float:
+        """The band for the mean rise of `runs` seeds from a start they share (the same warm start validated on
+        the same questions: no seed variance there), so only the end varies: multiplier sd / sqrt(runs)."""
+        return self.multiplier * self.sd / math.sqrt(runs)
+
     def to_dict(self) -> dict:
         return {"values": list(self.values), "mean": self.mean, "sd": self.sd, "band": self.band,
                 "multiplier": self.multiplier}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from hw3lib.core.lifecycle import RunResult
-from hw3lib.core.stats import Noise, unpaired_band
-from hw3lib.experiments.compare import group_noise, seed_context
+from hw3lib.core.stats import Noise, seed_band, unpaired_band
+from hw3lib.experiments.compare import group_noise, read_seed_band, seed_context
 from hw3lib.experiments.plots import per_grpo_step
 from hw3lib.experiments.render import render_stability
 from hw3lib.experiments.runner import GridResult
@@ -105,13 +105,22 @@ class Facts:
 
     def rise(self, group: str) -> Noise:
         """The group's validation reward at its end minus its start (the same questions): paired where the run
-        saved every question at both validations, else unpaired; the seed band too."""
-        runs = self.runs(group)
+        saved every question at both validations, else unpaired; with `rise_seed_band`."""
+        runs, seed = self.runs(group), self.rise_seed_band(group)
         found = rise_noise(runs[0]) if len(runs) == 1 else None
         if found is not None:
-            return dataclasses.replace(found, seed_band=self.seed)
+            return dataclasses.replace(found, seed_band=seed)
         row = self.rows[group]
-        return Noise(row["rise"], unpaired_band(row["end"], row["n"], row["start"], row["n"]), False, self.seed)
+        return Noise(row["rise"], unpaired_band(row["end"], row["n"], row["start"], row["n"]), False, seed)
+
+    def rise_seed_band(self, group: str) -> float | None:
+        """The run-to-run band of the group's rise: every seed starts from the same warm start on the same
+        questions, so only the end varies (`SeedBand.for_rise`: no sqrt 2 of a two-run difference). From the
+        group's own seed repeats when it has them, else the base recipe's measured replicas (None when neither is
+        known)."""
+        runs = self.runs(group)
+        band = seed_band(self.finals(group)) if len(runs) > 1 else read_seed_band(self.grid.profile)
+        return band.for_rise(len(runs)) if band is not None else None
 
     def unpaired(self, p1: float, p2: float) -> Noise:
         """p1 - p2 for two validation rewards on the reference's questions known only as rates (e.g. at a common

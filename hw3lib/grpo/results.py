@@ -79,6 +79,21 @@ def run_summary(result: RunResult) -> dict:
     }
 
 
+def learning_sentence(summary: dict, result: RunResult) -> str:
+    """Notebook 04's headline, in Markdown: the validation answer reward at the run's start and end, the rise with
+    its noise verdict (`rise_noise`, as `run_summary` stored it), the wall-clock and the run's size."""
+    from hw3lib.evaluation.validate import validation_label
+
+    verdict = summary.get("eval_answer_reward_rise_words")
+    rise = f"{100 * summary['eval_answer_reward_rise']:+.1f} points" + (f": {verdict}" if verdict else "")
+    cfg = result.config
+    return (f"Validation answer reward went from **{summary['eval_answer_reward_start']:.1%}** to "
+            f"**{summary['eval_answer_reward_end']:.1%}** ({rise}) in {summary['wall_clock_s'] / 60:.1f} minutes of "
+            f"training ({result.grpo_steps} GRPO steps, {result.optimizer_steps} optimizer steps, "
+            f"{len(result.eval_rows)} validations on {cfg.n_eval_examples} held-out questions, "
+            f"{validation_label(cfg)}).")
+
+
 def rollouts_over_time(result: RunResult, questions: int = 2, moments: int = 3, max_chars: int = 240) -> list[dict]:
     """A few validation rollouts followed through training (the handouts ask for examples over time).
 

@@ -68,6 +68,8 @@ def test_seed_band_and_spread_band_by_hand():
     assert band.multiplier == pytest.approx(4.526537, abs=1e-6)
     assert (band.mean, band.sd, band.band) == pytest.approx((0.5, 0.1, 0.640149), abs=1e-6)
     assert band.for_means(3, 3) == pytest.approx(0.369590, abs=1e-6)  # 4.526537 x 0.1 x sqrt(2/3)
+    # A rise from a start every seed shares varies only at its end: 4.526537 x 0.1 (one run), / sqrt 3 (three).
+    assert (band.for_rise(), band.for_rise(3)) == pytest.approx((0.452654, 0.261340), abs=1e-6)
     assert band.to_dict()["values"] == [0.4, 0.5, 0.6]
     assert t_multiplier(1) == pytest.approx(13.967730, abs=1e-6)  # two runs: the sd is barely known
     assert 2.0 < t_multiplier(1000) < 2.01  # many runs: the z band

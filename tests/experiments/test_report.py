@@ -242,6 +242,32 @@ def test_kl_drift_reports_kl_at_the_end_against_the_reward_rise():
             "reward across 3 validated steps (step 0 at KL 0) is r = +0.89 (too few steps for an interval).") in answers
 
 
+def test_a_single_runs_rise_needs_the_seed_band_of_one_end_not_of_a_two_run_difference(monkeypatch, tmp_path):
+    from hw3lib.core.io import atomic_write_json
+    from hw3lib.experiments.seeds import SEED_BAND_FILE
+
+    monkeypatch.setenv("HW3_RUNS_DIR", str(tmp_path))
+    # The base's replicas ended at 0.40, 0.50, 0.60: sd 0.1, t(2 df) 4.526537. Two single runs differ by chance up to
+    # 4.526537 x 0.1 x sqrt 2 = 0.640149, but a run's rise from the warm start every seed shares varies only at its
+    # end: 4.526537 x 0.1 = 0.452654. A +50-point rise clears the second and not the first.
+    atomic_write_json(tmp_path / "seed_replicas" / SEED_BAND_FILE, {"profile": "smoke", "values": [0.4, 0.5, 0.6]})
+    grid = _grid("kl_drift", {"kl": {"monitor_kl": True}})
+    runs = {"kl": {"evals": [(0, 1.0, 0.2), (2, 40.0, 0.7)],
+                   "per_step": {"train/kl_k3": [0.03, 0.04], "train/kl_k1": [0.035, 0.05]}}}
+    rise = grid_summary(_result(grid, runs))["findings"]["kl_drift"][0]["rise"]
+    assert rise["seed_band"] == pytest.approx(0.452654, abs=1e-6) and rise["verdict"] == "beyond noise"
+    # Three seeds of one config: their own spread, for the mean of three ends (0.7, 0.6, 0.8 from 0.2: sd 0.1,
+    # 4.526537 x 0.1 / sqrt 3 = 0.261340).
+    grid = _grid("kl_drift", {"kl": {"monitor_kl": True}})
+    grid.configs.update({f"kl_s{i}": grid.configs["kl"].replace(name=f"kl_drift/kl_s{i}", seed=i) for i in (1, 2)})
+    grid.changes.update(kl_s1={"seed": 1}, kl_s2={"seed": 2})
+    grid.groups["kl"] = ["kl", "kl_s1", "kl_s2"]
+    runs = {"kl": runs["kl"], "kl_s1": {**runs["kl"], "evals": [(0, 1.0, 0.2), (2, 40.0, 0.6)]},
+            "kl_s2": {**runs["kl"], "evals": [(0, 1.0, 0.2), (2, 40.0, 0.8)]}}
+    rise = grid_summary(_result(grid, runs))["findings"]["kl_drift"][0]["rise"]
+    assert rise["seed_band"] == pytest.approx(0.261340, abs=1e-6) and rise["diff"] == pytest.approx(0.5)
+
+
 def test_render_kl_drift_words_the_correlation_interval_and_missing_kl():
     from hw3lib.experiments.render import render_kl_drift
 

@@ -55,3 +55,19 @@ def test_one_validation_has_no_rise(tmp_path):
     run = fake_run(tmp_path, FIRST, LAST)
     run.eval_rows = run.eval_rows[:1]
     assert rise_noise(run) is None
+
+
+def test_notebook_04s_headline_states_the_rise_with_its_verdict(tmp_path):
+    from hw3lib.grpo.results import learning_sentence
+
+    run = fake_run(tmp_path, FIRST * 2, LAST * 2)
+    noise = rise_noise(run)
+    summary = {"eval_answer_reward_start": 0.4, "eval_answer_reward_end": 0.8, "eval_answer_reward_rise": 0.4,
+               "eval_answer_reward_rise_words": noise_words(noise), "wall_clock_s": 90.0}
+    assert learning_sentence(summary, run) == (
+        "Validation answer reward went from **40.0%** to **80.0%** (+40.0 points: beyond noise, paired band ±29.7 "
+        "points (McNemar p = 0.039)) in 1.5 minutes of training (2 GRPO steps, 8 optimizer steps, 2 validations on "
+        "20 held-out questions, greedy, 32 tokens).")
+    # One validation: no verdict to state, only the numbers.
+    assert learning_sentence({**summary, "eval_answer_reward_rise_words": None}, run).startswith(
+        "Validation answer reward went from **40.0%** to **80.0%** (+40.0 points) in 1.5 minutes")

@@ -226,11 +226,13 @@ def test_the_seed_band_is_stated_in_the_first_grids_section(reported, tmp_path):
     grid = json.loads((copy / "figures" / "grid_baselines.json").read_text())
     (copy / "figures" / "grid_learning_rate.json").write_text(json.dumps({**grid, "grid": "learning_rate"}))
     band = {"profile": "smoke", "seeds": [0, 1, 2], "runs": ["a", "b", "c"], "n_grpo_steps": 50, "n_eval": 256,
-            "values": [0.582, 0.5, 0.541], "mean": 0.541, "sd": 0.041, "band": 0.1136}
+            "values": [0.582, 0.5, 0.541], "mean": 0.541, "sd": 0.041, "band": 0.1136, "multiplier": 4.526537}
     (copy / "figures" / "seed_band.json").write_text(json.dumps(band))
     text = " ".join(pdf_sections(build_writeup(copy))[GRID_SECTIONS["learning_rate"]].split())
     assert ("seeds 0, 1, 2 ended at 58.2%, 50%, 54.1% after 50 GRPO steps on 256 questions: mean 54.1%, sd 4.1 "
             "points, so two single runs of one config differ by chance by up to ±11.4 points") in text
+    # A single run's rise varies only at its end: 4.1 x 4.53 = 18.6 points, no sqrt 2.
+    assert "A single run's rise from its start (the KL drift, the leaderboard) is held to ±18.6 points" in text
 
 
 # ---- the student's own words ------------------------------------------------------------------------------
