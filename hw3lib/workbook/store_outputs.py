@@ -127,15 +127,16 @@ def tidy_in_place(notebooks_dir: Path) -> list[Path]:
 
 
 def store(executed_dir: Path, notebooks_dir: Path, template_dir: Path | None = None) -> list[Path]:
-    """Store every executed notebook's outputs, tidied, into its namesake in `notebooks_dir` (or, where that does
-    not exist yet, into a copy of its namesake in `template_dir`: a course's own folder); returns the notebooks
-    written. Checks all before writing any."""
+    """Store every executed notebook's outputs, tidied, into its namesake in `notebooks_dir`; returns the notebooks
+    written. Checks all before writing any. With `template_dir` (a course's own folder, whose notebooks are
+    copies of `notebooks/`), the cells come from the template's namesake, so a copy stored before the notebooks
+    were last edited takes their current cells with the new run's outputs."""
     pairs = [(path, notebooks_dir / path.name) for path in sorted(executed_dir.glob("[0-9][0-9]_*.ipynb"))]
     if not pairs:
         raise ValueError(f"{executed_dir}: no executed notebooks: run `make workbook` first")
     results = []
     for executed, committed in pairs:
-        source = committed if committed.exists() else (template_dir / committed.name if template_dir else committed)
+        source = template_dir / committed.name if template_dir and (template_dir / committed.name).exists() else committed
         if not source.exists():
             raise ValueError(f"{executed}: there is no {committed} to store its outputs in")
         results.append((committed, tidy(merged(json.loads(source.read_text()), json.loads(executed.read_text()),

@@ -135,6 +135,13 @@ def test_another_courses_run_is_stored_in_its_own_folder_from_the_committed_note
     own = tmp_path / "courses" / "cs336-a5" / "notebooks" / "01_a.ipynb"
     assert json.loads(own.read_text())["cells"][2]["outputs"][0] == stream("1\n")
     assert (committed / "01_a.ipynb").read_text() == before  # the default course's stored outputs untouched
+    # The notebooks edited since (a cell changed), the course run again: its copy takes the current cells.
+    write(committed / "01_a.ipynb", notebook(code("profile = None", tags=["parameters"]), code("print(1)  # edited")))
+    write(executed / "01_a.ipynb", notebook(code("profile = None", tags=["parameters"], count=1),
+                                            code("print(1)  # edited", [stream("1 again\n")], count=2)))
+    assert main(["--course", "cs336-a5"]) == 0
+    cell = json.loads(own.read_text())["cells"][2]
+    assert (cell["source"], cell["outputs"]) == ("print(1)  # edited", [stream("1 again\n")])
     assert main(["--course", "cs336-a5", "--tidy"]) == 0 and own.is_file()
     readme = (tmp_path / "courses" / "cs336-a5" / "README.md").read_text()
     assert readme == store_outputs.course_readme(get_course("cs336-a5"))
