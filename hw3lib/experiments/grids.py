@@ -400,9 +400,16 @@ def build_grid(name: str, profile: str | None = None, steps: int | None = None, 
 def run_sweep(name: str, profile: str | None = None, steps: int | None = None, seeds: Sequence[int] | None = None,
               check: Callable[[], DivergenceCheck] = DivergenceCheck) -> GridResult:
     """Run grid `name` after the grids it needs (finished ones are only read back), with the choices they lead
-    to (`choices_from`)."""
+    to (`choices_from`). A grid that takes choices from one-seed grids measures the base recipe's seed band first
+    (`hw3lib.experiments.seeds.measure_seed_band`; read back once measured): the winners are picked by verdicts
+    that count it, so choosing before it exists would pick by other verdicts than every later reading, and a
+    rerun would then choose differently and train another config."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}: choose one of {', '.join(GRIDS)}")
+    if GRIDS[name].needs and not seeds:
+        from hw3lib.experiments.seeds import measure_seed_band  # seeds builds its grid here: imported late
+
+        measure_seed_band(profile, steps)
     earlier = {needed: choices_from(run_sweep(needed, profile, steps, seeds, check)) for needed in GRIDS[name].needs}
     if name == "leaderboard":
         settings = {}

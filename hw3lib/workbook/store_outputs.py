@@ -136,7 +136,8 @@ def store(executed_dir: Path, notebooks_dir: Path, template_dir: Path | None = N
         raise ValueError(f"{executed_dir}: no executed notebooks: run `make workbook` first")
     results = []
     for executed, committed in pairs:
-        source = template_dir / committed.name if template_dir and (template_dir / committed.name).exists() else committed
+        template = template_dir / committed.name if template_dir else None
+        source = template if template is not None and template.exists() else committed
         if not source.exists():
             raise ValueError(f"{executed}: there is no {committed} to store its outputs in")
         results.append((committed, tidy(merged(json.loads(source.read_text()), json.loads(executed.read_text()),

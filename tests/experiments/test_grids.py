@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hw3lib.core.stats import unpaired_band
-from hw3lib.experiments.compare import compare, pick_winner
+from hw3lib.experiments.compare import compare, pick_winner, read_seed_band
 from hw3lib.experiments.grids import (GRIDS, DivergenceCheck, Grid, GridResult, build_grid, choices_from, common_base,
                                       config_key, grid_run_name, run_grid, smoke_note)
 from hw3lib.experiments.render import noise_reading
@@ -473,14 +473,16 @@ def test_run_sweep_runs_the_grids_a_grid_needs_and_passes_on_their_winners(monke
     diverged = {("off_policy", "e1_b64"): (3, "collapsed")}
     ran = []
 
-    def fake_run_grid(grid, check):
+    def fake_run_grid(grid, check=None):
         ran.append((grid.name, sorted(grid.configs)))
         values = {label: (0.3, ends.get((grid.name, label), 0.5)) for label in grid.configs}
         return _fake_result(grid, values, {label: why for (name, label), why in diverged.items() if name == grid.name})
 
     monkeypatch.setattr(experiments, "run_grid", fake_run_grid)
+    monkeypatch.setattr("hw3lib.experiments.seeds.run_grid", fake_run_grid)  # the seed replicas: all end at 0.5
     result = experiments.run_sweep("leaderboard", "full")
     names = [name for name, _ in ran]
+    assert names[0] == "seed_replicas"  # the seed band, measured before any winner is picked
     assert names[-1] == "leaderboard" and names.index("off_policy") < names.index("off_policy_focused") < \
         names.index("clip_ablation")
     # Focused: the on-policy reference and the two best broad settings that did not diverge.
@@ -488,6 +490,31 @@ def test_run_sweep_runs_the_grids_a_grid_needs_and_passes_on_their_winners(monke
     best = result.grid.configs["best"]
     assert (best.learning_rate, best.loss_type, best.epochs_per_rollout_batch, best.train_batch_size,
             best.use_std_normalization) == (3e-5, "grpo_no_clip", 4, 256, True)
+
+
+def test_the_leaderboard_picks_its_winners_with_the_seed_band_even_on_a_first_run(monkeypatch):
+    """No seed band measured yet: the leaderboard measures it before picking, so a win within run-to-run variation
+    is not taken (before, a first run picked without the band and a rerun, the band measured by then, picked
+    differently and trained another config)."""
+    import hw3lib.experiments.grids as experiments
+    from hw3lib.core.io import runs_dir
+    from hw3lib.experiments.seeds import SEED_BAND_FILE
+
+    monkeypatch.setenv("HW3_RUNS_DIR", str(runs_dir() / "first_run_leaderboard"))
+    assert read_seed_band("smoke") is None
+
+    def fake_run_grid(grid, check=None):
+        if grid.name == "seed_replicas":  # ends 0.3, 0.5, 0.7: sd 0.2, two-run band 4.526537 x 0.2 x sqrt 2 = 1.28
+            return _fake_result(grid, dict(zip(grid.configs, [(0.3, 0.3), (0.3, 0.5), (0.3, 0.7)])))
+        ends = {("learning_rate", "lr_6e-05"): 0.9}  # +40 points: beyond the question band, within the seed band
+        return _fake_result(grid, {label: (0.3, ends.get((grid.name, label), 0.5)) for label in grid.configs})
+
+    monkeypatch.setattr(experiments, "run_grid", fake_run_grid)
+    monkeypatch.setattr("hw3lib.experiments.seeds.run_grid", fake_run_grid)
+    best = experiments.run_sweep("leaderboard", "smoke").grid.configs["best"]
+    assert best.learning_rate == build_grid("learning_rate", "smoke").base.learning_rate  # the base's rate kept
+    assert read_seed_band("smoke").band == pytest.approx(1.280298, abs=1e-6)
+    assert (runs_dir() / "seed_replicas" / SEED_BAND_FILE).is_file()
 
 
 def test_the_algorithms_grid_runs_each_recipe_from_one_off_policy_base():
