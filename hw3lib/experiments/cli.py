@@ -5,7 +5,7 @@ Examples:
     hw3 sweep --list                                  # the grids and what each asks
     hw3 sweep baselines --profile smoke               # runs/baselines/<config>/, figures/baselines_*.png|pdf
     hw3 sweep learning_rate --profile full            # the course's sizes, 200 GRPO steps per run
-    hw3 sweep clip_ablation --profile smoke --steps 10   # runs off_policy and off_policy_focused first
+    hw3 sweep clip_ablation --profile smoke --steps 10   # runs off_policy, off_policy_focused, the seed replicas first
     hw3 sweep all --profile smoke --workers 2         # every grid, two at a time (hw3lib.experiments.parallel)
     hw3 sweep all --profile full                      # every grid, one per visible GPU (CUDA_VISIBLE_DEVICES)
 

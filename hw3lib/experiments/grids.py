@@ -35,7 +35,8 @@ learning_rate, length_normalization and std_normalization on the off-policy base
 sweeps, which share their full-length runs), the reading prints how beside its verdicts (`smoke_note`).
 
 Grids that pick up earlier results (`off_policy_focused`, `clip_ablation`, `leaderboard`) take them
-as `choices`; `run_sweep` runs the grids they depend on first (finished ones are only read back).
+as `choices`; `run_sweep` runs the grids they depend on first (finished ones are only read back), and the base
+recipe's seed replicas before those, since the winners are picked by verdicts that count the seed band.
 
 `run_grid` trains each config in turn into `runs/<grid>/<config>/` (run name `<grid>/<config>`; a grid that
 picks up earlier results adds a hash of the config's changes, `runs/leaderboard/best-<8 hex>/`, so that other
