@@ -34,7 +34,7 @@ def sweep_command(
                                           "on its share of the cores; full one per visible GPU, never more)."),
 ) -> None:
     """Run an experiment grid; print a table of its runs and which differences exceed noise."""
-    from hw3lib.experiments.grids import GRIDS, run_sweep
+    from hw3lib.experiments.grids import GRIDS
 
     if list_grids or name is None:
         for grid, spec in GRIDS.items():
@@ -53,7 +53,9 @@ def sweep_command(
 
         results = run_grids_parallel(profile, steps, workers=workers)
     else:
-        results = {name: run_sweep(name, profile, steps, seeds or None)}
+        from hw3lib.experiments.seeds import sweep  # run_sweep, the seed band first where the grid picks winners
+
+        results = {name: sweep(name, profile, steps, seeds or None)}
     for result in results.values():
         _print_grid(result, plots)
 

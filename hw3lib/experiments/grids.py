@@ -35,8 +35,9 @@ learning_rate, length_normalization and std_normalization on the off-policy base
 sweeps, which share their full-length runs), the reading prints how beside its verdicts (`smoke_note`).
 
 Grids that pick up earlier results (`off_policy_focused`, `clip_ablation`, `leaderboard`) take them
-as `choices`; `run_sweep` runs the grids they depend on first (finished ones are only read back), and the base
-recipe's seed replicas before those, since the winners are picked by verdicts that count the seed band.
+as `choices`; `run_sweep` runs the grids they depend on first (finished ones are only read back), and
+`hw3lib.experiments.seeds.sweep` the base recipe's seed replicas before those, since the winners are picked by
+verdicts that count the seed band.
 
 `run_grid` trains each config in turn into `runs/<grid>/<config>/` (run name `<grid>/<config>`; a grid that
 picks up earlier results adds a hash of the config's changes, `runs/leaderboard/best-<8 hex>/`, so that other
@@ -401,16 +402,10 @@ def build_grid(name: str, profile: str | None = None, steps: int | None = None, 
 def run_sweep(name: str, profile: str | None = None, steps: int | None = None, seeds: Sequence[int] | None = None,
               check: Callable[[], DivergenceCheck] = DivergenceCheck) -> GridResult:
     """Run grid `name` after the grids it needs (finished ones are only read back), with the choices they lead
-    to (`choices_from`). A grid that takes choices from one-seed grids measures the base recipe's seed band first
-    (`hw3lib.experiments.seeds.measure_seed_band`; read back once measured): the winners are picked by verdicts
-    that count it, so choosing before it exists would pick by other verdicts than every later reading, and a
-    rerun would then choose differently and train another config."""
+    to (`choices_from`). The winners are picked by verdicts that count the base recipe's seed band when it is
+    measured: `hw3lib.experiments.seeds.sweep` measures it first (the CLI and the parallel workers call that)."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}: choose one of {', '.join(GRIDS)}")
-    if GRIDS[name].needs and not seeds:
-        from hw3lib.experiments.seeds import measure_seed_band  # seeds builds its grid here: imported late
-
-        measure_seed_band(profile, steps)
     earlier = {needed: choices_from(run_sweep(needed, profile, steps, seeds, check)) for needed in GRIDS[name].needs}
     if name == "leaderboard":
         settings = {}

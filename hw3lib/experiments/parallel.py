@@ -11,7 +11,8 @@ Where the grids run (`grid_workers`, one environment per slot):
 
 `run_grids_parallel` starts `python -m hw3lib.experiments.parallel --grid NAME` in a free slot for the next grid in
 `ORDER` whose prerequisites (`GRIDS[name].needs`) have finished, as soon as a slot frees up; each grid runs with
-`hw3lib.experiments.grids.run_sweep` (finished runs only read back). Configs that two grids share are trained
+`hw3lib.experiments.seeds.sweep` (`run_sweep`, the seed band measured first where the grid picks winners; finished
+runs only read back). Configs that two grids share are trained
 once: `run_grid` holds a per-settings lock, so the second grid waits and then reuses the first's run --
 which is why the order starts with the grids that train the common base. Afterwards the parent reads
 every grid back (no training) and returns the `GridResult`s. Each grid's output goes to
@@ -37,6 +38,7 @@ from collections.abc import Collection, Sequence
 from hw3lib.core.course import SECTIONS
 from hw3lib.core.devices import cpu_threads
 from hw3lib.experiments.grids import GRIDS, GridResult, run_sweep
+from hw3lib.experiments.seeds import sweep  # a worker's grid: the seed band first where it picks winners
 from hw3lib.core.io import runs_dir, shown_path
 
 # Every grid, in the order they are started: the common base first (std_normalization trains it while
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     # a Ctrl-C, so the training loop checkpoints its last finished step and the next call resumes there.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        run_sweep(args.grid, args.profile, args.steps)
+        sweep(args.grid, args.profile, args.steps)
     except KeyboardInterrupt:
         print(f"grid {args.grid} stopped; its runs resume from their checkpoints next time", flush=True)
         return 130

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from hw3lib.core.io import atomic_write_json, runs_dir
 from hw3lib.core.stats import seed_band
 from hw3lib.experiments.compare import SEED_BAND_FILE, SEED_GRID, read_seed_band  # noqa: F401 (read back here too)
-from hw3lib.experiments.grids import build_grid
+from hw3lib.experiments.grids import GRIDS, build_grid, run_sweep
 from hw3lib.experiments.runner import GridResult, run_grid
 # Seeds of the base recipe per profile: at least 3 in smoke (the spread of fewer is not an estimate); the full
 # profile's 3 x 200 GRPO steps fit the handout's budget beside the grids (one more base run than each grid's).
@@ -61,3 +61,13 @@ def measure_seed_band(profile: str | None = None, steps: int | None = None,
     stored = band_of(run_grid(seed_grid(profile, steps, seeds)))
     atomic_write_json(runs_dir() / SEED_GRID / SEED_BAND_FILE, stored)
     return stored
+
+
+def sweep(name: str, profile: str | None = None, steps: int | None = None, seeds: Sequence[int] | None = None
+          ) -> GridResult:
+    """`run_sweep(name, ...)`, after measuring the seed band when the grid picks winners from one-seed grids (a
+    grid with `needs`, no `seeds`): otherwise a first run would pick them by verdicts without the band, and a
+    rerun, the band measured by then, differently -- training another config."""
+    if name in GRIDS and GRIDS[name].needs and not seeds:
+        measure_seed_band(profile, steps)
+    return run_sweep(name, profile, steps, seeds)

@@ -12,6 +12,7 @@ import pytest
 
 from hw3lib.core.stats import unpaired_band
 from hw3lib.experiments.compare import compare, pick_winner, read_seed_band
+from hw3lib.experiments.seeds import sweep
 from hw3lib.experiments.grids import (GRIDS, DivergenceCheck, Grid, GridResult, build_grid, choices_from, common_base,
                                       config_key, grid_run_name, run_grid, smoke_note)
 from hw3lib.experiments.render import noise_reading
@@ -463,7 +464,7 @@ def test_a_new_derivation_trains_a_new_run_and_the_same_one_is_reused(monkeypatc
     assert again.records["best"]["run"] == runs[0] and again.results["best"].metrics == first.results["best"].metrics
 
 
-def test_run_sweep_runs_the_grids_a_grid_needs_and_passes_on_their_winners(monkeypatch):
+def test_a_sweep_runs_the_seed_band_and_the_grids_a_grid_needs_and_passes_on_their_winners(monkeypatch):
     import hw3lib.experiments.grids as experiments
 
     ends = {("learning_rate", "lr_3e-05"): 0.9,  # beyond noise: the leaderboard takes it
@@ -480,7 +481,7 @@ def test_run_sweep_runs_the_grids_a_grid_needs_and_passes_on_their_winners(monke
 
     monkeypatch.setattr(experiments, "run_grid", fake_run_grid)
     monkeypatch.setattr("hw3lib.experiments.seeds.run_grid", fake_run_grid)  # the seed replicas: all end at 0.5
-    result = experiments.run_sweep("leaderboard", "full")
+    result = sweep("leaderboard", "full")
     names = [name for name, _ in ran]
     assert names[0] == "seed_replicas"  # the seed band, measured before any winner is picked
     assert names[-1] == "leaderboard" and names.index("off_policy") < names.index("off_policy_focused") < \
@@ -511,7 +512,7 @@ def test_the_leaderboard_picks_its_winners_with_the_seed_band_even_on_a_first_ru
 
     monkeypatch.setattr(experiments, "run_grid", fake_run_grid)
     monkeypatch.setattr("hw3lib.experiments.seeds.run_grid", fake_run_grid)
-    best = experiments.run_sweep("leaderboard", "smoke").grid.configs["best"]
+    best = sweep("leaderboard", "smoke").grid.configs["best"]
     assert best.learning_rate == build_grid("learning_rate", "smoke").base.learning_rate  # the base's rate kept
     assert read_seed_band("smoke").band == pytest.approx(1.280298, abs=1e-6)
     assert (runs_dir() / "seed_replicas" / SEED_BAND_FILE).is_file()
