@@ -8,7 +8,8 @@ learning_rate, length_normalization and std_normalization, so its first seed is 
 and writes the spread of their final validation answer rewards (`hw3lib.core.stats.seed_band`: mean, sd and the
 band a difference of two single runs must exceed) to `runs/seed_replicas/seed_band.json`. `read_seed_band(profile)`
 reads it back; `hw3lib.experiments.compare` then holds every one-seed grid's differences to that band as well as the
-question-sampling band, and the reading says the band is the base's, measured on its replicas.
+question-sampling band, and the reading says the band is the base's, measured on its replicas. `sweep(name)` runs a
+grid (`run_sweep`) after measuring the band where the grid picks earlier grids' winners by those verdicts.
 
 The replicas start from the base's own warm start (`GRPOConfig.warm_start_seed`; hw3lib.experiments.grids.shared_start),
 as every config of a grid does, so the band is training's run-to-run variation, not the warm start's: when each seed
