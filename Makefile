@@ -105,7 +105,12 @@ rehearse-math: setup
 	HW3_EXTRAS=$(REHEARSE_EXTRAS) $(PY) -m hw3lib.workbook.isolated $(PY) -m hw3lib.workbook.rehearse \
 		--course cse599o-a3,cs336-a5
 
+# On a GPU each notebook's plan is checked first (hw3lib.experiments.plan): one that exceeds $HW3_MAX_GPU_HOURS
+# (default: one course run, notebook 04, not notebook 05's tens of GPU-hours) or the runs folder's free disk
+# stops here with the line its plan cell would print; set the variable (e.g. HW3_MAX_GPU_HOURS=40 make workbook)
+# or run the grids one by one (hw3 sweep <grid>). Off the GPU nothing is checked.
 workbook: setup
+	$(PY) -m hw3lib.experiments.plan
 	$(PY) -m hw3lib.workbook.run
 
 writeup: setup

@@ -2,14 +2,16 @@
 
 Run from the repository root:
 
-    python bench/vllm_gpu_smoke.py                          # the tiny model, on the GPU torch sees (else CPU)
+    python bench/vllm_gpu_smoke.py                          # the course's model if cached, else the tiny one
     python bench/vllm_gpu_smoke.py --json bench/results/vllm_gpu_smoke.json
     python bench/vllm_gpu_smoke.py --model Qwen/Qwen3-0.6B  # the full profile's model (from the hub)
 
-It starts vLLM on a small model, generates, sleeps, wakes up, pushes new weights, generates again
-(the log-probs must move), pushes the original weights back (they must come back), closes the engine
-(the memory must come back), and reports the versions, the device's compute capability and the dtype
-it allows. The checks live in hw3lib.generation.doctor (this script only calls them, so it cannot drift
+It starts vLLM (compiled on a GPU, as training engines run; model runner V1 unless VLLM_USE_V2_MODEL_RUNNER says
+otherwise), generates, samples at T=1 with seeds and `min_tokens` and compares the returned log-probs with the
+trainer's own for the same tokens, sleeps, wakes up, pushes new weights, generates again (the log-probs must
+move), pushes the original weights back (they must come back), closes the engine (the memory must come back),
+checks what a sleeping engine keeps and that a second engine starts in the same process, and reports the
+versions, the device's compute capability and the dtype it allows. The checks live in hw3lib.generation.doctor (this script only calls them, so it cannot drift
 from the command); what each line means and what to do when one fails: docs/gpu_first_session.md.
 Exit code 1 when a check failed.
 """

@@ -1,5 +1,6 @@
 """The `hw3` command line: `hw3 eval ...`, `hw3 train ...`, `hw3 sft ...`, `hw3 expert-iteration ...`,
-`hw3 kissing ...`, `hw3 keyword ...`, `hw3 sweep ...`, `hw3 doctor` (run it first on a new GPU).
+`hw3 kissing ...`, `hw3 keyword ...`, `hw3 sweep ...`, `hw3 runs prune-optimizer` (free finished runs' AdamW state),
+`hw3 doctor` (run it first on a new GPU).
 
 Each sub-command is a thin wrapper over a library function; sub-apps live next to the code they
 drive and are registered here.
@@ -34,7 +35,7 @@ PROJECT_ERRORS = frozenset({
     "hw3lib.core.cli_options.CommandError",
     "hw3lib.core.io.DataFileError",
     "hw3lib.core.runs.RunExistsError",
-    "hw3lib.core.devices.PreflightError",
+    "hw3lib.core.devices.PreflightError",  # hw3lib.core.disk.DiskSpaceError, plan.GpuHoursError are ones
     "hw3lib.tasks.course_grader.CourseGraderError",
     "hw3lib.experiments.parallel.SweepWorkerError",
     "hw3lib.grpo.async_loop.AsyncRunError",
@@ -160,7 +161,8 @@ def _register() -> None:
     for module_name, name in (("hw3lib.evaluation.cli", "eval"), ("hw3lib.grpo.cli", "train"),
                               ("hw3lib.sft.cli", "sft"), ("hw3lib.kissing.cli", "kissing"),
                               ("hw3lib.keywords.cli", "keyword"),
-                              ("hw3lib.experiments.cli", "sweep"), ("hw3lib.generation.doctor", "doctor")):
+                              ("hw3lib.experiments.cli", "sweep"), ("hw3lib.experiments.prune", "runs"),
+                              ("hw3lib.generation.doctor", "doctor")):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

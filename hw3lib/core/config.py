@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import ClassVar
 
 ENGINES = ("vllm", "transformers")
+# Settings a run chooses for itself at its start when left None and records in its config.json (GRPO's memory plan:
+# hw3lib.grpo.memory_plan); a run's start message leaves them out (the preflight line prints them).
+PLAN_FIELDS = ("forward_rows", "prompt_tokens")
 # Datasets hw3lib reads or generates itself (the rest are MATH sources): GSM8K, the synthetic arithmetic
 # task, and the generated MATH-format task of the MATH course's smoke profile (hw3lib.tasks.math_synthetic).
 BUILTIN_DATASETS = ("gsm8k", "arithmetic", "math-synthetic")
@@ -258,7 +261,8 @@ class RunConfig:
             base = type(self).for_profile(self.profile).to_dict()
         except (ValueError, TypeError):  # a class or profile without a recipe: the field defaults instead
             base = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
-        settable = {f.name for f in dataclasses.fields(self) if f.init} - {"name"}  # derived values follow
+        # derived values follow; the memory plan a run records at its start (`PLAN_FIELDS`) is printed by the preflight
+        settable = {f.name for f in dataclasses.fields(self) if f.init} - {"name", *PLAN_FIELDS}
         changed = [f"  {key} = {_shown(value)!r} (recipe: {_shown(base[key])!r})" for key, value in self.to_dict().items()
                    if key in settable and key in base and base[key] != value]
         return "\n".join([f"  settings that differ from the {self.profile} profile's {type(self).__name__} recipe:"]

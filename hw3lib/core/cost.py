@@ -8,8 +8,10 @@ re-exported here (`cost.Shape`, `cost.trainer_parts`, `cost.gpu_plan`, ...), so 
 **Compute** (`run_gpu_hours`, `sft_gpu_hours`, `ei_gpu_hours`, `evaluation_gpu_hours`): per GRPO step, generation as a roofline (each decode step reads the weights
 and the KV cache of every sequence, or is compute-bound, whichever is slower), old/reference log-prob passes
 at 2 FLOPs per parameter per token, training at 6, validation as generation; at stated fractions of an
-H100's peak (`H100`; `hw3lib.core.preflight.accelerator_for` gives other cards' datasheet figures). These are
-estimates, labelled as such wherever they are shown.
+H100's peak (`H100`; `hw3lib.core.preflight.accelerator_for` gives other cards' datasheet figures). Engines that
+vLLM runs eager (no CUDA graphs: the models it serves through its Transformers backend, CS336 2026's OLMo-2,
+`EAGER_SHAPES`) decode `EAGER_DECODE_FACTOR` times slower. These are estimates, labelled as such wherever they are
+shown.
 
 `python bench/cost_model.py` prints the tables (the README's "What the full workbook costs" and "What fits your
 card").
@@ -41,10 +43,7 @@ class GpuPlan:
     generation_peak: int  # colocated: engine awake + trainer resident; else the engine's GPU
     training_peak: int  # colocated: trainer peak + sleeping engine; else the policy's GPU
     max_colocated_share: float
-
-    @property
-    def fits(self) -> bool:
-        return max(self.generation_peak, self.training_peak) <= self.device_bytes
+    fits: bool  # within the plan's limits (hw3lib.core.memory.Plan.fits: HEADROOM of the card beside a trainer)
 
 
 def gpu_plan(shape: Shape, micro_batch: int, prompt_tokens: int, response_tokens: int, *, share: float,
@@ -54,7 +53,8 @@ def gpu_plan(shape: Shape, micro_batch: int, prompt_tokens: int, response_tokens
     plan = grpo_plan(shape, Trainer(micro_batch, prompt_tokens, response_tokens, monitor_kl, **trainer),
                      Engine(share=share), device_bytes, colocated)
     generation, training = plan.peaks.values()
-    return GpuPlan(device_bytes, colocated, share, generation, training, plan.max_share if colocated else 1.0)
+    return GpuPlan(device_bytes, colocated, share, generation, training, plan.max_share if colocated else 1.0,
+                   plan.fits)
 
 
 # ---- compute ----------------------------------------------------------------------------------------------
@@ -70,6 +70,20 @@ class Accelerator:
 
 H100 = Accelerator("H100 SXM", 989e12, 3.35e12)
 
+# Models vLLM 0.32 serves through its Transformers backend, which hw3lib starts with `enforce_eager=True`
+# (hw3lib.generation.vllm_backend_guard says why): their decode steps launch every kernel from Python, no CUDA graph.
+EAGER_SHAPES = frozenset({"OLMo-2-0425-1B"})  # Shape.name of allenai/OLMo-2-0425-1B (Olmo2ForCausalLM)
+# Stated estimate, not measured here: how much slower an eager engine's decode step is than the graphed one. Reports
+# of vLLM with and without CUDA graphs give 1.7-4.3x per decode step at a few concurrent requests (launch-bound,
+# e.g. vllm-project/vllm-omni#7960); a GRPO step decodes hundreds of sequences at once, where reading the KV cache
+# dominates and the launch overhead matters less, hence the low end of that range, rounded down.
+EAGER_DECODE_FACTOR = 1.5
+
+
+def served_eager(shape: Shape) -> bool:
+    """Whether the cost model times `shape`'s engine as eager (`EAGER_SHAPES`)."""
+    return shape.name in EAGER_SHAPES
+
 
 def forward_flops(shape: Shape, tokens: int, response_tokens: int) -> float:
     """2 FLOPs per weight per token through the decoder, the output head on the response positions only."""
@@ -77,15 +91,19 @@ def forward_flops(shape: Shape, tokens: int, response_tokens: int) -> float:
 
 
 def generation_seconds(shape: Shape, sequences: int, prompt_tokens: int, response_tokens: int,
-                       acc: Accelerator = H100) -> float:
+                       acc: Accelerator = H100, eager: bool | None = None) -> float:
     """Roofline time to sample `sequences` responses of `response_tokens` (prefill compute-bound; each decode
-    step the slower of its FLOPs and reading the weights plus every sequence's KV cache)."""
+    step the slower of its FLOPs and reading the weights plus every sequence's KV cache, times
+    `EAGER_DECODE_FACTOR` for an eager engine; `eager` None: `served_eager(shape)`)."""
     prefill = forward_flops(shape, sequences * prompt_tokens, sequences) / (acc.peak_flops * acc.compute_efficiency)
     mean_context = prompt_tokens + response_tokens / 2
     step_bytes = 2 * shape.params + sequences * mean_context * shape.kv_bytes_per_token
     step_flops = forward_flops(shape, sequences, sequences)
     step = max(step_flops / (acc.peak_flops * acc.compute_efficiency),
                step_bytes / (acc.bandwidth * acc.bandwidth_efficiency))
+    eager = served_eager(shape) if eager is None else eager
+    if eager:
+        step *= EAGER_DECODE_FACTOR  # the prefill is one large forward per batch: launches do not dominate it
     return prefill + response_tokens * step
 
 

@@ -38,10 +38,18 @@ class DeviceInfo:
     capability: tuple[int, int] | None
     count: int
     simulated: bool = False
+    free_bytes: int = 0  # the memory free to this process: the driver's free bytes plus what it holds (0: all)
+
+    @property
+    def available_bytes(self) -> int:
+        """What a run here may plan for: the free memory (`free_bytes`), else the whole card."""
+        return self.free_bytes or self.total_bytes
 
     def describe(self) -> str:
-        """`NVIDIA L4 (22.5 GiB, capability 8.9, simulated)`."""
+        """`NVIDIA L4 (22.5 GiB, capability 8.9, simulated)`; `..., 61.0 GiB free` when others hold some."""
         bits = [f"{self.total_bytes / GiB:.1f} GiB"]
+        if self.free_bytes and self.free_bytes < self.total_bytes:
+            bits.append(f"{self.free_bytes / GiB:.1f} GiB free")
         if self.capability:
             bits.append(f"capability {self.capability[0]}.{self.capability[1]}")
         if self.count > 1:
@@ -151,11 +159,21 @@ def detect_device() -> DeviceInfo:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         return DeviceInfo("cuda", props.name, int(props.total_memory), (props.major, props.minor),
-                          torch.cuda.device_count())
+                          torch.cuda.device_count(), free_bytes=free_to_this_process(0))
     value = os.environ.get(SIMULATE_ENV, "").strip()
     if value:
         return simulated_device(value)
     return DeviceInfo("cpu", platform.processor() or platform.machine() or "cpu", _ram_bytes(), None, 1)
+
+
+def free_to_this_process(index: int = 0) -> int:
+    """Bytes of GPU `index` this process can plan for: what the driver reports free (`mem_get_info`: other
+    processes' memory and a kept notebook kernel's are not free) plus what this process's caching allocator already
+    reserves (its own earlier runs' blocks, reusable here), at most the card."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(index)
+    return min(int(free) + int(torch.cuda.memory_reserved(index)), int(total))
 
 
 def supported_dtype(info: DeviceInfo) -> tuple[str, str]:

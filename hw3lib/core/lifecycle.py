@@ -16,6 +16,11 @@ Every training loop in hw3lib does the same things around its own step, in this 
    already made are flagged as a partial step; that step is redone on resume);
 6. `result()` / `read_result(...)`: one `RunResult` type for all three.
 
+Every entry point (`train`, `train_sft`, `expert_iteration`) is wrapped by `training_entry`: on a GPU with vLLM a
+run that will train runs in a process of its own (hw3lib.core.own_process: one sleep-mode engine per process), and
+whatever the run held on the GPU is handed back when it returns (`release_memory`). `TrainingRun` creates AdamW's
+moments on a GPU before the first forward (`materialize_adamw_state`), not inside the activations' freed blocks.
+
 The loops stay explicit -- each calls these in its own `for` loop and passes its own validation
 function in. Steps are counted by the config's `COUNTER` (`grpo_step`, `step`, `round`) up to
 `cfg.total_steps`; checkpoints are named after it.
@@ -24,8 +29,12 @@ function in. Steps are counted by the config's `COUNTER` (`grpo_step`, `step`, `
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gc
+import inspect
 import json
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +42,9 @@ from typing import Any
 
 import torch
 
+from hw3lib.core.config import PLAN_FIELDS
 from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_model, shown_path
+from hw3lib.core.own_process import needs_own_process, run_in_own_process
 from hw3lib.core.runs import (METRICS_FILE, WandbLink, config_differences, delete_outputs, has_outputs,
                               latest_checkpoint, load_checkpoint, metrics_rows, refuse_existing, rng_state,
                               save_checkpoint, seed_everything)
@@ -149,6 +160,39 @@ def adamw(params: list, cfg) -> torch.optim.AdamW:
                              **({"fused": True} if fused else {}))
 
 
+def materialize_adamw_state(optimizer: torch.optim.Optimizer) -> int:
+    """Create the AdamW state of every parameter that has none yet, as `torch.optim.Adam._init_group` (torch 2.13)
+    creates it lazily at the first `step()`: `step` a 0-d zero (float32 on the parameter's device when fused or
+    capturable, else on the CPU), `exp_avg` and `exp_avg_sq` zeros like the parameter (`max_exp_avg_sq` too with
+    amsgrad). The update is the same bit for bit (tests/core/test_adamw_state.py); returns how many were created.
+
+    Why: created lazily, the moments (2 x 4 bytes per parameter) land in the activation blocks the first backward
+    just freed; torch's caching allocator cannot return split blocks, so the first `wake_up(["kv_cache"])` of a
+    colocated engine can fail to map its memory. Created before the first forward, they sit beside the weights."""
+    from torch.optim.optimizer import _get_scalar_dtype
+
+    created = 0
+    for group in optimizer.param_groups:
+        on_device = group.get("fused") or group.get("capturable")
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if len(state) != 0:
+                continue  # a resumed run's loaded state, or one a step already made
+            state["step"] = (torch.zeros((), dtype=_get_scalar_dtype(is_fused=group.get("fused")), device=p.device)
+                             if on_device else torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu"))
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if group.get("amsgrad"):
+                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            created += 1
+    return created
+
+
+def on_gpu(params: Sequence[torch.Tensor]) -> bool:
+    """Whether any of `params` is on a CUDA device."""
+    return any(p.device.type == "cuda" for p in params)
+
+
 class TrainingRun:
     """One run being trained: its float32 policy and AdamW, the step counters (`state`), the clock,
     `metrics.jsonl` (and wandb), validation and checkpoints when due, the Ctrl-C checkpoint.
@@ -171,6 +215,8 @@ class TrainingRun:
             self.state = load_checkpoint(checkpoint, self.optimizer, run_dir)  # also restores RNGs and metrics.jsonl
             print(f"resumed from {checkpoint} at {COUNTER_WORDS[self.counter]} {self.state[self.counter]}",
                   flush=True)
+        if on_gpu(self.params):  # CPU: lazy as ever (no allocator to fragment; checkpoints unchanged)
+            materialize_adamw_state(self.optimizer)
         project = getattr(cfg, "wandb_project", None)
         self.wandb = WandbLink(project, run_dir, cfg.name, cfg.to_dict()) if project else None
         self.rows_so_far = metrics_rows(run_dir)  # as the checkpoint restored them
@@ -288,3 +334,67 @@ def reuse_message(cfg, run_dir: Path) -> None:
 def run_folder(cfg) -> Path:
     """`runs/<cfg.name>/`."""
     return runs_dir() / cfg.name
+
+
+# ---- the entry points: their own process on a GPU with vLLM, the GPU's memory handed back after -----------------
+
+def training_entry(loop: Callable[..., RunResult]) -> Callable[..., RunResult]:
+    """Wrap a training loop (`train`, `train_sft`, `expert_iteration`: `loop(cfg, resume, overwrite, ...)`) into its
+    entry point:
+
+    - a run that will train and builds a sleep-mode vLLM engine on a GPU (`needs_own_process`) runs in a fresh
+      process (`run_in_own_process`; a finished run is read back here: no engine, no process) -- so a notebook
+      kernel, a grid worker or a resume after Ctrl-C never builds a second such engine in one process;
+    - otherwise (CPU, the transformers engine) it runs here, as the loop always has, and when it returns or raises
+      the memory it held on the GPU is handed back (`release_memory`): its frame is gone by then, so the policy,
+      AdamW's moments and the working copy are garbage; after an exception on a GPU the frames of its traceback are
+      cleared too (a notebook keeps the last traceback, and with it the run's tensors, alive).
+    """
+    signature = inspect.signature(loop)
+
+    @functools.wraps(loop)
+    def entry(cfg, *args, **kwargs) -> RunResult:
+        if needs_own_process(cfg):
+            bound = signature.bind(cfg, *args, **kwargs)
+            bound.apply_defaults()
+            if not run_finished(cfg, overwrite=bound.arguments["overwrite"]):
+                return run_in_own_process(entry, *bound.args, **bound.kwargs)
+        try:
+            return loop(cfg, *args, **kwargs)
+        except BaseException as exc:
+            if cuda_in_use():
+                traceback.clear_frames(exc.__traceback__)
+            raise
+        finally:
+            release_memory()
+
+    return entry
+
+
+def run_finished(cfg, overwrite: bool = False) -> bool:
+    """Whether `runs/<cfg.name>/` holds this run finished with these settings (the folder rules would read it back
+    and load no model); False for anything else, errors included (the loop then reports them). A plan the run chose
+    at its start and recorded (`PLAN_FIELDS`, left None in `cfg`) is the folder's, as the loop adopts it."""
+    run_dir = run_folder(cfg)
+    try:
+        if overwrite or latest_checkpoint(run_dir) is None:
+            return False
+        saved = json.loads((run_dir / "config.json").read_text())
+        plan = {key: saved[key] for key in PLAN_FIELDS if getattr(cfg, key, 0) is None and saved.get(key) is not None}
+        return open_run(run_dir, cfg.replace(**plan) if plan else cfg, resume=True, overwrite=False)[1] is not None
+    except (ValueError, OSError, KeyError, TypeError):
+        return False
+
+
+def cuda_in_use() -> bool:
+    """Whether this process has initialized CUDA (nothing can be cached on a GPU otherwise)."""
+    return torch.cuda.is_initialized()
+
+
+def release_memory() -> None:
+    """`gc.collect(); torch.cuda.empty_cache()` where this process has used CUDA: the blocks torch's caching allocator
+    keeps after a run (its float32 masters, AdamW moments and working copy: 8-20 GiB for the course models) go back
+    to the driver, so the next process or engine on the card finds them free. Nothing on CPU."""
+    if cuda_in_use():
+        gc.collect()
+        torch.cuda.empty_cache()

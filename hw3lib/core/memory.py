@@ -9,7 +9,9 @@
 | gradients (float32) | 4 P | 4 A | freed after each optimizer step (`zero_grad(set_to_none=True)`) |
 | bf16 weight copies | 2 P: the working copy (`working_copy`, resident for the whole run) | 2 P autocast copies, or with checkpointing the head's and one layer's; + 2 A | see below |
 | KL monitoring's reference | 2 P (`monitor_kl`) | 0: the base with adapters disabled | hw3lib.grpo.loop |
-| activations | tokens x layers x `ACTIVATION_BYTES_PER_TOKEN_LAYER` x (width / 1,024) | + each adapted layer's input once more | measured: bench/results/memory_calibration.json |
+| activations | tokens x layers x `layer_activation_bytes` (measured at Qwen3-0.6B: `ACTIVATION_BYTES_PER_TOKEN_LAYER`; its MLP part scaled with the model's MLP width, the rest with its width) | + each adapted layer's input once more | measured: bench/results/memory_calibration.json |
+| K/V head copies | on a GPU: tokens x layers x (`kv_copy_bytes_per_token_layer` + `masked_attention_bytes_per_token_layer`) (transformers' SDPA with a mask repeats each K/V head per query head and saves the copies, and its kernels save a little more) | same | the copies derived; their sum measured on CPU through the same path: bench/results/memory_calibration_gpu_path.json |
+| attention mask | rows x sequence^2 bytes (one boolean mask per forward) | same | transformers' SDPA path |
 | logits | response tokens x 2 x `LOGITS_BYTES_PER_TOKEN` x (vocabulary / 151,936) | same | measured: same file (held twice in the backward: with their gradient) |
 | output-head gradient | 6 x vocabulary x width (bf16, then its float32 cast) | 0: the head is frozen | the backward's first step |
 
@@ -47,6 +49,16 @@ keeping `SLEEPING_ENGINE_BYTES` (an estimate). The transformers engine (the fall
 batch at full length plus the sampling step's float32 work over the vocabulary (`SAMPLING_BYTES_PER_LOGIT`, an
 estimate); its cache is freed between calls.
 
+**Headroom.** A plan fits when every phase's peak is at most `HEADROOM` (85%) of the memory free to the run
+(`Plan.budget`: `available_bytes`, the card's free memory plus what this process already holds, else the card):
+the constants above are estimates and the CUDA caching allocator fragments, so a plan at 96% of the card is
+one that runs out of memory. A phase with an engine alone on its GPU (evaluation; the engine's GPU of a two-GPU
+run) has no trainer estimate to protect (vLLM's own share is its headroom): its limit is the free memory itself.
+
+**Rows per forward** (`training_micro_batch`): the GRPO loop packs as many sequences into one training forward as
+the plan allows within that budget; hw3lib.core.preflight.forward_rows makes that choice, the preflight prints it
+and the run records it in its config (`forward_rows`), so the plan checked is the plan that runs.
+
 **Phases** (`Plan`: each phase's peak against the card; `GPU_RUNTIME_BYTES` is the trainer process's CUDA context
 and allocator slack, an estimate):
 
@@ -79,7 +91,18 @@ GiB = 2**30
 # AdamW is fused (hw3lib.core.lifecycle.adamw): no step temporaries. (torch's default foreach AdamW allocated a
 # float32 copy of the model at every step, 4 more bytes per parameter.)
 MASTER_BYTES, ADAM_BYTES, GRAD_BYTES, LOW_COPY_BYTES = 4, 8, 4, 2
-ACTIVATION_BYTES_PER_TOKEN_LAYER = 82_100  # saved for backward, at width 1,024; scaled linearly with the width
+ACTIVATION_BYTES_PER_TOKEN_LAYER = 82_100  # saved for backward, at Qwen3-0.6B's width 1,024 and MLP width 3,072
+# Derived from what a SwiGLU MLP saves per token under autocast, bf16 each: the gate's and the up projection's
+# outputs, SiLU(gate) and their product (the down projection's input): 4 x 2 bytes per MLP channel. That share of
+# the measured constant scales with a model's MLP width, the rest with its width (`layer_activation_bytes`).
+MLP_BYTES_PER_INTERMEDIATE = 8
+# Measured on the CPU through a GPU's attention path (transformers' SDPA with the shared-prefix mask,
+# bench/results/memory_calibration_gpu_path.json): 87,080 bytes per token and layer against the plain path's 82,088,
+# +4,992, of which the K/V head copies are 4,096 (`kv_copy_bytes_per_token_layer`); the rest is what the masked
+# path's kernels save besides, at Qwen3-0.6B's 16 query heads of 128, scaled with heads x head_dim.
+MASKED_ATTENTION_BYTES_PER_TOKEN_LAYER = 4_992 - 4_096
+CALIBRATION_QUERY_WIDTH = 16 * 128
+CALIBRATION_HIDDEN, CALIBRATION_INTERMEDIATE = 1024, 3072
 LOGITS_BYTES_PER_TOKEN = 314_400  # the bf16 logits saved for backward, at 151,936 entries; scaled with the vocabulary
 # Gradient checkpointing keeps each decoder layer's input: the float32 residual stream (module docstring).
 RESIDUAL_BYTES = 4
@@ -106,6 +129,8 @@ MAX_SHARE = 0.95  # the most `plan.max_share` offers: vLLM refuses a share above
 DEVICE_BYTES = 79 * GiB  # an "80 GB" H100 as torch reports it (79.2 GiB)
 PROMPT_TOKENS = 200  # stated assumption: the R1-Zero template (~120 tokens) plus a GSM8K/MATH question
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# The most of the memory free to a run that a plan with a trainer may fill (module docstring, "Headroom").
+HEADROOM = 0.85
 # RunConfig.lora_target_modules' default: every attention and MLP projection of a Qwen/Llama decoder layer.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -185,19 +210,55 @@ def lora_activation_bytes_per_token_layer(shape: Shape, targets: tuple[str, ...]
     return LOW_COPY_BYTES * sum(dims[name][0] for name in targets)
 
 
+def layer_activation_bytes(shape: Shape) -> float:
+    """Bytes one decoder layer saves per token under bf16 autocast: the measured constant, its MLP share
+    (`MLP_BYTES_PER_INTERMEDIATE` per MLP channel) scaled with the model's MLP width and the rest with its width.
+    Without a known MLP width, Qwen3's ratio (3 x width)."""
+    mlp_share = MLP_BYTES_PER_INTERMEDIATE * CALIBRATION_INTERMEDIATE
+    intermediate = shape.intermediate or CALIBRATION_INTERMEDIATE * shape.hidden // CALIBRATION_HIDDEN
+    return ((ACTIVATION_BYTES_PER_TOKEN_LAYER - mlp_share) * shape.hidden / CALIBRATION_HIDDEN
+            + MLP_BYTES_PER_INTERMEDIATE * intermediate)
+
+
+def masked_attention_bytes_per_token_layer(shape: Shape, precision: str = "bfloat16") -> float:
+    """What one layer's masked attention saves per token besides the K/V copies (measured at Qwen3-0.6B's width:
+    `MASKED_ATTENTION_BYTES_PER_TOKEN_LAYER`), scaled with the query width (heads x head_dim; the model's width when
+    the heads are unknown) and the precision."""
+    query_width = shape.heads * shape.head_dim if shape.heads else shape.hidden
+    scale = DTYPE_BYTES[precision] // 2
+    return MASKED_ATTENTION_BYTES_PER_TOKEN_LAYER * query_width / CALIBRATION_QUERY_WIDTH * scale
+
+
+def kv_copy_bytes_per_token_layer(shape: Shape, precision: str = "bfloat16") -> int:
+    """The K/V head copies one layer saves per token when attention runs with a mask through transformers' SDPA
+    (a GPU's path: each K/V head repeated once per query head of its group, `repeat_kv`, and kept for the
+    backward): keys and values of the `heads - kv_heads` extra heads. 0 without grouped-query attention or when
+    the query heads are unknown. (hw3lib's own `sdpa_gqa` attention, which a CPU uses, makes no copies.)"""
+    extra_heads = max(shape.heads - shape.kv_heads, 0) if shape.heads else 0
+    return 2 * extra_heads * shape.head_dim * DTYPE_BYTES[precision]
+
+
 def activation_bytes(shape: Shape, tokens: int, response_tokens: int, checkpointing: bool = False,
-                     precision: str = "bfloat16", extra_per_token_layer: int = 0) -> int:
-    """Saved activations of a microbatch of `tokens` tokens (prompt + response) and the logits of its
-    `response_tokens` response positions (module docstring); `extra_per_token_layer`: LoRA's saved inputs."""
+                     precision: str = "bfloat16", extra_per_token_layer: int = 0, rows: int = 0,
+                     repeats_kv: bool = False) -> int:
+    """Saved activations of a microbatch of `tokens` tokens (prompt + response) over `rows` sequences and the
+    logits of its `response_tokens` response positions (module docstring); `extra_per_token_layer`: LoRA's saved
+    inputs; `repeats_kv`: a GPU's attention path -- the K/V head copies and what the masked kernels save besides
+    -- and the forward's boolean mask (rows x sequence^2 bytes)."""
     scale = FLOAT32_ACTIVATION_FACTOR if precision == "float32" else 1
-    per_token_layer = ACTIVATION_BYTES_PER_TOKEN_LAYER * shape.hidden / 1024 * scale + extra_per_token_layer
+    per_token_layer = layer_activation_bytes(shape) * scale + extra_per_token_layer
+    mask = 0
+    if repeats_kv:
+        per_token_layer += kv_copy_bytes_per_token_layer(shape, precision) + masked_attention_bytes_per_token_layer(
+            shape, precision)
+        mask = rows * (tokens // rows) ** 2 if rows else 0
     if checkpointing:
         # each layer's float32 input kept, and one layer's activations while the backward recomputes it
         layers = tokens * shape.layers * RESIDUAL_BYTES * shape.hidden + tokens * per_token_layer
     else:
         layers = tokens * shape.layers * per_token_layer
     # The logits twice: the backward pass holds their gradient (same shape and dtype) while they are still saved.
-    return int(layers + 2 * response_tokens * LOGITS_BYTES_PER_TOKEN * shape.vocab / 151936 * scale)
+    return int(layers + mask + 2 * response_tokens * LOGITS_BYTES_PER_TOKEN * shape.vocab / 151936 * scale)
 
 
 def _frozen_copies(shape: Shape, checkpointing: bool) -> int:
@@ -210,9 +271,11 @@ def _frozen_copies(shape: Shape, checkpointing: bool) -> int:
 
 def trainer_parts(shape: Shape, micro_tokens: int, micro_response_tokens: int, monitor_kl: bool, *,
                   lora_rank: int = 0, lora_targets: tuple[str, ...] = LORA_TARGETS, checkpointing: bool = False,
-                  precision: str = "bfloat16") -> dict[str, int]:
-    """Bytes of the training process's parts (see the module docstring's table)."""
+                  precision: str = "bfloat16", rows: int = 0, repeats_kv: bool = False) -> dict[str, int]:
+    """Bytes of the training process's parts (see the module docstring's table); `rows` sequences share the
+    microbatch's `micro_tokens`, `repeats_kv`: the GPU's attention path (`activation_bytes`)."""
     p, low = shape.params, 0 if precision == "float32" else LOW_COPY_BYTES
+    attention = {"rows": rows, "repeats_kv": repeats_kv}
     if lora_rank:
         adapters = lora_params(shape, lora_rank, lora_targets)
         # float32: no cast, so each layer's input is one tensor, saved once
@@ -221,18 +284,21 @@ def trainer_parts(shape: Shape, micro_tokens: int, micro_response_tokens: int, m
                 "autocast_copies": low * (_frozen_copies(shape, checkpointing) + adapters),
                 "output_head_gradient": 0, "reference": 0,
                 "activations": activation_bytes(shape, micro_tokens, micro_response_tokens, checkpointing,
-                                                 precision, extra)}
+                                                 precision, extra, **attention)}
     return {"masters": MASTER_BYTES * p, "adam": ADAM_BYTES * p, "grads": GRAD_BYTES * p,
             "working_copy": low * p,
             "output_head_gradient": (low + GRAD_BYTES) * shape.embedding_params,
             "reference": DTYPE_BYTES[precision] * p if monitor_kl else 0,
-            "activations": activation_bytes(shape, micro_tokens, micro_response_tokens, checkpointing, precision)}
+            "activations": activation_bytes(shape, micro_tokens, micro_response_tokens, checkpointing, precision,
+                                            **attention)}
 
 
 def trainer_peak(parts: dict[str, int], first_step: bool = False) -> int:
     """The training process's peak, where the backward pass starts: the state, the gradients, autocast's copies,
-    the activations and the output head's gradient (the fused optimizer step adds nothing). In a run's first
-    optimizer step AdamW has no moments yet during the forward/backward; they appear in the step itself.
+    the activations and the output head's gradient (the fused optimizer step adds nothing). `first_step`: on a
+    CPU, AdamW has no moments yet during a run's first forward/backward (they appear in the step itself); on a GPU
+    they are made before the first forward (hw3lib.core.lifecycle.materialize_adamw_state: so they never land in
+    the blocks the first backward frees), and the plans never use `first_step`.
     An upper bound with checkpointing: autocast's cached copies are freed before the backward begins."""
     if not first_step:
         return sum(parts.values())
@@ -249,7 +315,9 @@ def trainer_resident_between_steps(parts: dict[str, int]) -> int:
 @dataclass(frozen=True)
 class Trainer:
     """A run's trainer as the memory model sees it: one microbatch of `micro_batch` sequences of
-    `prompt_tokens` + `response_tokens`, and the settings that change its bytes."""
+    `prompt_tokens` + `response_tokens` (the longest prompt of the run's data: a microbatch is padded to its
+    longest row), and the settings that change its bytes; `repeats_kv`: on a GPU, where attention copies the K/V
+    heads (`kv_copy_bytes_per_token_layer`)."""
 
     micro_batch: int
     prompt_tokens: int
@@ -259,12 +327,14 @@ class Trainer:
     lora_targets: tuple[str, ...] = LORA_TARGETS
     checkpointing: bool = False
     precision: str = "bfloat16"
+    repeats_kv: bool = False
 
     def parts(self, shape: Shape) -> dict[str, int]:
         tokens = self.micro_batch * (self.prompt_tokens + self.response_tokens)
         return trainer_parts(shape, tokens, self.micro_batch * self.response_tokens, self.monitor_kl,
                              lora_rank=self.lora_rank, lora_targets=self.lora_targets,
-                             checkpointing=self.checkpointing, precision=self.precision)
+                             checkpointing=self.checkpointing, precision=self.precision, rows=self.micro_batch,
+                             repeats_kv=self.repeats_kv)
 
 
 # The share of a CPU's physical memory a training run plans its microbatches for (`training_micro_batch`): the
@@ -351,12 +421,31 @@ def _engine_terms(shape: Shape, engine: Engine) -> tuple[int, int, int]:
 class Plan:
     """The peak of each phase of a run on cards of `device_bytes`. `phases[name] = (fixed bytes, vLLM engines
     awake)`: its peak is the fixed bytes plus each awake engine's `share` x the card. `engine_needs` is what one
-    vLLM engine's share must hold (0: no vLLM engine)."""
+    vLLM engine's share must hold (0: no vLLM engine). It fits when every peak is within its limit: `budget`,
+    `headroom` of `available_bytes` (the memory free to the run; 0: the whole card), for a phase with a trainer;
+    the free memory itself for the phases named in `engine_only` (an engine alone on its GPU: vLLM's share is its
+    own headroom)."""
 
     device_bytes: int
     share: float
     phases: dict[str, tuple[int, int]]
     engine_needs: int = 0
+    available_bytes: int = 0
+    headroom: float = HEADROOM
+    engine_only: tuple[str, ...] = ()
+
+    @property
+    def free(self) -> int:
+        return self.available_bytes or self.device_bytes
+
+    @property
+    def budget(self) -> int:
+        """The most a phase with a trainer may hold: `headroom` x the memory free to the run (module docstring)."""
+        return int(self.headroom * self.free)
+
+    def limit(self, phase: str) -> int:
+        """The most `phase` may hold: the free memory for an engine alone, else `budget`."""
+        return self.free if phase in self.engine_only else self.budget
 
     @property
     def engine_bytes(self) -> int:
@@ -376,12 +465,12 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return self.peak <= self.device_bytes and self.engine_fits
+        return all(peak <= self.limit(name) for name, peak in self.peaks.items()) and self.engine_fits
 
     @property
     def max_share(self) -> float:
         """The largest share (in hundredths, at most `MAX_SHARE`) at which every phase with an awake engine fits."""
-        room = [(self.device_bytes - fixed) / (awake * self.device_bytes) for fixed, awake in self.phases.values()
+        room = [(self.limit(name) - fixed) / (awake * self.device_bytes) for name, (fixed, awake) in self.phases.items()
                 if awake]
         return max(0.0, math.floor(100 * min(room + [MAX_SHARE])) / 100)
 
@@ -392,6 +481,10 @@ class Plan:
 
     def with_share(self, share: float) -> "Plan":
         return dataclasses.replace(self, share=share)
+
+    def with_available(self, available_bytes: int) -> "Plan":
+        """The same plan against `available_bytes` free to the run (0: the whole card)."""
+        return dataclasses.replace(self, available_bytes=available_bytes)
 
 
 def _trainer_bytes(shape: Shape, trainer: Trainer) -> tuple[int, int]:
@@ -412,7 +505,8 @@ def _train_and_engine_plan(shape: Shape, trainer: Trainer, engine: Engine, devic
     else:
         phases = {f"{names[0]} (engine's GPU)": (awake_fixed + CUDA_CONTEXT_BYTES, awake),
                   f"{names[1]} (policy's GPU)": (peak, 0)}
-    return Plan(device_bytes, engine.share, phases, engine_needs(shape, engine))
+    return Plan(device_bytes, engine.share, phases, engine_needs(shape, engine),
+                engine_only=() if colocated else (f"{names[0]} (engine's GPU)",))
 
 
 def grpo_plan(shape: Shape, trainer: Trainer, engine: Engine, device_bytes: int, colocated: bool = True) -> Plan:
@@ -435,7 +529,8 @@ def eval_plan(shape: Shape, engine: Engine, device_bytes: int) -> Plan:
     """An evaluation-only engine alone on the card (notebooks 01/02, `hw3 eval`)."""
     awake_fixed, awake, _ = _engine_terms(shape, engine)
     phases = {"evaluation": (awake_fixed + CUDA_CONTEXT_BYTES, awake)}
-    return Plan(device_bytes, engine.share, phases, engine_needs(shape, engine))
+    # No trainer estimate to protect: vLLM's own share is its headroom (module docstring, "Headroom").
+    return Plan(device_bytes, engine.share, phases, engine_needs(shape, engine), engine_only=("evaluation",))
 
 
 def async_plan(shape: Shape, trainer: Trainer, engine: Engine, device_bytes: int, same_gpu: bool = True) -> Plan:
@@ -454,4 +549,5 @@ def async_plan(shape: Shape, trainer: Trainer, engine: Engine, device_bytes: int
     else:  # the learner's process also holds a context on the rollout GPU, where its engine is
         phases = {"generation and validation (engine's GPU)": (2 * generator, 2 * awake),
                   "training (policy's GPU)": (peak, 0)}
-    return Plan(device_bytes, engine.share, phases, engine_needs(shape, engine))
+    return Plan(device_bytes, engine.share, phases, engine_needs(shape, engine),
+                engine_only=() if same_gpu else ("generation and validation (engine's GPU)",))

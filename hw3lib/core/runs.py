@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hw3lib.core.config import PLAN_FIELDS
 from hw3lib.core.io import atomic_write_json, atomic_write_text, read_jsonl
 
 METRICS_FILE = "metrics.jsonl"
@@ -76,12 +77,14 @@ def config_differences(saved: dict, current: dict, defaults: dict | None = None)
 
     A setting missing from `saved` (a run made before hw3lib added it) counts as its value in
     `defaults`, the config class's defaults: an option added later, left at its default, does not
-    make an older run unresumable.
+    make an older run unresumable. A memory-plan field (`PLAN_FIELDS`) left None now is to be chosen, and matches
+    whatever the run recorded (hw3lib.grpo.memory_plan adopts it).
     """
     current = json.loads(json.dumps(current))  # tuples -> lists, as saved
     saved = json.loads(json.dumps({**(defaults or {}), **saved}))  # as JSON holds them, like `current`
     keys = sorted(k for k in set(saved) | set(current)
-                  if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
+                  if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k)
+                  and not (k in PLAN_FIELDS and current.get(k) is None))  # left to choose: the run's recorded plan
     return [f"{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in keys]
 
 
@@ -178,6 +181,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_checkpoint(checkpoint: Path, optimizer, run_dir: Path) -> dict:
     """Restore the optimizer, RNG states and metrics.jsonl (rows logged after the checkpoint are
     dropped: they will be redone); return the step counters. The policy is loaded by the caller."""
+    if not (checkpoint / "optimizer.pt").is_file() and (checkpoint / "optimizer.pruned.json").is_file():
+        # hw3lib.core.disk.prune: asked for by `hw3 runs prune-optimizer --yes` on a finished run
+        raise ValueError(f"cannot resume {checkpoint}: its optimizer state was pruned (optimizer.pruned.json there), "
+                         "so the run can be read back but not extended; start a new run (another name) instead")
     # Onto the CPU first: a GPU run's checkpoint then resumes on a CPU machine too (load_state_dict moves each
     # state tensor to its parameter's device).
     optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True))

@@ -20,7 +20,9 @@ every grid back (no training) and returns the `GridResult`s. Each grid's output 
 tail of its log. `grids_to_run(sections)` picks the grids of the workbook sections a notebook runs
 (`hw3lib.core.course.sections_to_run`).
 
-An interrupted call loses nothing: run it again and finished runs are reused, interrupted ones resumed.
+An interrupted call loses nothing: run it again and finished runs are reused, interrupted ones resumed. On a GPU a
+worker holds no engine itself: each of its runs trains in a process of its own (hw3lib.core.own_process), which the
+worker's SIGTERM reaches as one SIGINT, so the run checkpoints before the worker exits.
 """
 
 from __future__ import annotations
@@ -101,13 +103,13 @@ def check_grids_fit(grids: Sequence[str], profile: str, steps: int | None) -> No
     that need no earlier results, and the base of those that do (their configs change the loss or the schedule,
     not the memory, beyond what the off-policy grid already checks). A config that does not fit the card stops
     here with the settings that would, not in a worker's log hours later."""
-    from hw3lib.core.preflight import preflight
+    from hw3lib.core.preflight import expected_prompt_tokens, preflight
     from hw3lib.experiments.grids import build_grid, grid_base
 
     for name in grids:
         configs = [grid_base(name, profile, steps)] if GRIDS[name].needs else build_grid(name, profile, steps).configs.values()
-        for cfg in configs:
-            preflight(cfg, "grpo")
+        for cfg in configs:  # at the data's longest prompt as the tables estimate it (each run measures its own)
+            preflight(cfg.replace(prompt_tokens=expected_prompt_tokens(cfg)), "grpo")
 
 
 def run_grids_parallel(profile: str | None = None, steps: int | None = None, grids: Sequence[str] = ORDER,

@@ -9,19 +9,33 @@ estimate is a fresh start's. In the smoke profile (and the full profile's CPU re
 for an H100 (`plan_accelerator`, the one place that asks). `skipped_note(section, course)` is the line a notebook
 prints in place of a section it skips; `profile_line(prof)` the setup cell's line naming the profile and why.
 
+Before any GPU work (the full profile on this machine's GPU: not a simulated one, nor the CPU rehearsal)
+`notebook_plan` also stops the notebook in one line, in the plan cell its first GPU cell follows:
+- **hours**: when the plan's total (every response at the token budget) exceeds `$HW3_MAX_GPU_HOURS`
+  (`DEFAULT_MAX_GPU_HOURS`: admits one course run, notebook 04 with its extras, and refuses a notebook 05), so
+  starting tens of GPU-hours is a deliberate act (`GpuHoursError`);
+- **disk**: when the runs folder's disk cannot hold the checkpoints of the runs not yet on it (hw3lib.core.disk;
+  `DiskSpaceError`). The full profile's plan text says how much they take and what is free.
+`check_disk_for(configs, what)` is the same disk check for a grid or a sweep; `python -m hw3lib.experiments.plan`
+(`make workbook`) checks every notebook's plan first and says the same line.
+
 bench/cost_model.py prints the same estimates for every section of both courses (the README's table).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hw3lib.core import cost
+from hw3lib.core import cost, disk
 from hw3lib.core.course import SECTIONS, Course, get_course, sections_to_run
+from hw3lib.core.devices import PreflightError
+from hw3lib.experiments.disk_check import new_checkpoints, run_checkpoint_bytes
 
 PROMPT_TOKENS = 200  # stated assumption (as bench/cost_model.py): the R1-Zero template (~120 tokens) plus a question
 GSM8K_TEST_QUESTIONS, MATH_TEST_QUESTIONS = 1319, 5000  # the published test splits, when no file says otherwise
@@ -32,6 +46,26 @@ OPT_IN = "set `extras = True` in the notebook's parameters cell (or HW3_EXTRAS=1
 BEYOND_HANDOUTS = "the `algorithms` grid (beyond the handouts)"
 # How a skipped section is named where SECTIONS' words would mislead: the KL-drift section is a grid of notebook 05.
 SECTION_WORDS = {"kl_drift": "the `kl_drift` grid (KL to the initial policy)", "leaderboard": "the `leaderboard` grid"}
+MAX_HOURS_ENV = "HW3_MAX_GPU_HOURS"
+# Admits one course run and refuses a notebook 05, for every course (tests/experiments/test_plan_gates.py): notebook
+# 04 with its extras is 1.8-4.6 GPU-hours on an H100 (up to 9 on an RTX 4090, 18 for CS336 2026's eager OLMo-2);
+# notebook 05 without them 21-49 on an H100.
+DEFAULT_MAX_GPU_HOURS = 16.0
+
+
+class GpuHoursError(PreflightError):
+    """The plan's GPU-hours exceed $HW3_MAX_GPU_HOURS: one line naming the variable and the plan's total."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback: the notebook stops with the one line, not a page of frames
+        return [f"{type(self).__name__}: {self}"]
+
+
+class NotebookDiskError(disk.DiskSpaceError):
+    """A notebook's plan does not fit the runs folder's disk (one line, as in a notebook cell)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +76,8 @@ class PlanItem:
     hours: tuple[float, float] | None
     """Estimated GPU-hours, every response at the token budget (an upper bound) and at half of it; None: a model
     too small for the cost model to matter (minutes)."""
+    checkpoints: tuple[int, ...] = ()
+    """Bytes of the checkpoint each of its runs not yet on disk will keep (hw3lib.core.disk.checkpoint_bytes)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +94,15 @@ class Plan:
     expected: str = ""
     """Off the GPU: how long the notebook took when `make workbook` last ran it with these sections on this
     kind of machine, in words (hw3lib.core.command_times.expected_words), or "" where it has not been measured."""
+    gated: bool = False
+    """Whether the runs start on this machine's GPU (detected, not simulated; not the CPU rehearsal): the hours and
+    the disk are then checked before any of them (`check_plan`)."""
+    free_bytes: int | None = None
+    """Free bytes under the runs folder when the plan was made (full profile, not the rehearsal); None: not read."""
+
+    @property
+    def disk(self) -> disk.DiskPlan:
+        return disk.disk_plan([b for item in self.items for b in item.checkpoints])
 
     @property
     def total(self) -> tuple[float, float]:
@@ -75,8 +120,10 @@ class Plan:
         head = (f"Notebook {self.notebook}, full profile, {self.course.handout} ({self.course.title}): what it runs and its GPU-hours, "
                 f"{self.card} (every response at the token budget / at half of it; from hw3lib.core.cost):")
         rows = [f"  {item.what:{width}s}  {_hours(item.hours)}" for item in self.items]
+        disk_line = [disk.disk_words(self.disk, self.free_bytes)] if self.free_bytes is not None else []
         return "\n".join([head, *rows, f"  {'total':{width}s}  {_hours(self.total)}", *skipped,
-                          "Runs that already finished are read back, not rerun: the estimate is a fresh start's."])
+                          "Runs that already finished are read back, not rerun: the estimate is a fresh start's.",
+                          *disk_line])
 
 
 def _hours(hours: tuple[float, float] | None) -> str:
@@ -139,11 +186,74 @@ def notebook_plan(notebook: str, profile, course: Course | str | None = None, ex
         measured = not (prof.rehearsal or notebook_short())  # `make workbook`'s length, not CI's short one
         expected = expected_words(notebook, crs.name, run != set(crs.sections)) if measured else ""
         return Plan(notebook, f"{prof.name} profile", crs, "", (), tuple(skipped), expected)
-    acc, card = plan_accelerator(device)
+    from hw3lib.core import preflight
+
+    info = device if device is not None else preflight.detect_device()
+    acc, card = plan_accelerator(info)
     if prof.rehearsal:  # the same cost logic, over the rehearsal's own (shrunk) runs
         card += ", for this CPU rehearsal's shrunk runs ($HW3_REHEARSAL=1; a course run is far longer)"
     items = ITEMS[notebook](prof, crs, run, acc)
-    return Plan(notebook, prof.name, crs, card, tuple(items), tuple(skipped))
+    # Gated where the runs will start on this machine's GPU: not for a card named by the caller (bench's tables) or
+    # simulated ($HW3_SIMULATE_GPU: CI's preflight checks), nor in the rehearsal, whose shrunk stand-ins would be
+    # costed at the real models' size (no disk figure there either).
+    gated = device is None and info.kind == "cuda" and not info.simulated and not prof.rehearsal
+    plan = Plan(notebook, prof.name, crs, card, tuple(items), tuple(skipped), gated=gated,
+                free_bytes=None if prof.rehearsal else disk.free_bytes())
+    if plan.gated:
+        check_plan(plan)
+    return plan
+
+
+# ---- the gates: GPU-hours and disk -------------------------------------------------------------------------------
+
+def max_gpu_hours() -> float:
+    """$HW3_MAX_GPU_HOURS, else `DEFAULT_MAX_GPU_HOURS`."""
+    value = os.environ.get(MAX_HOURS_ENV, "").strip()
+    if not value:
+        return DEFAULT_MAX_GPU_HOURS
+    try:
+        hours = float(value)
+    except ValueError:
+        hours = -1.0
+    if not hours >= 0:  # also refuses nan
+        raise ValueError(f"{MAX_HOURS_ENV}={value!r}: give the GPU-hours a notebook may start, e.g. "
+                         f"{MAX_HOURS_ENV}=40")
+    return hours
+
+
+def hours_refusal(plan: Plan, limit: float) -> str:
+    """The one line that stops a notebook whose plan exceeds `limit` GPU-hours."""
+    upper, half = plan.total
+    how = ("run its grids one by one (`hw3 sweep <grid>`)" if plan.notebook == "05"
+           else "run its sections one at a time")
+    return (f"notebook {plan.notebook}'s plan totals {upper:.1f} GPU-hours ({half:.1f} at half the token budget; "
+            f"{plan.card}), over {MAX_HOURS_ENV}={limit:g}: to start it, set {MAX_HOURS_ENV}={math.ceil(upper)} "
+            f"(or more) and run again, or {how}")
+
+
+def check_plan(plan: Plan) -> None:
+    """Stop before the plan's first GPU work, in one line: its GPU-hours over $HW3_MAX_GPU_HOURS (`GpuHoursError`),
+    or its new runs' checkpoints beyond the runs folder's free disk (`NotebookDiskError`)."""
+    limit = max_gpu_hours()
+    if plan.total[0] > limit:
+        raise GpuHoursError(hours_refusal(plan, limit))
+    try:
+        disk.check_disk(plan.disk, f"notebook {plan.notebook}'s plan", prunable_bytes=_prunable_bytes)
+    except disk.DiskSpaceError as exc:
+        raise NotebookDiskError(str(exc)) from None
+
+
+def _prunable_bytes() -> int:
+    from hw3lib.experiments.prune import prunable_runs
+
+    return sum(entry.bytes for entry in prunable_runs())
+
+
+def check_workbook(profile=None, course=None, extras: bool | None = None) -> None:
+    """What `make workbook` checks before it starts: each notebook's plan, with the line its plan cell would stop
+    with (on a GPU; nothing to check elsewhere)."""
+    for notebook in NOTEBOOK_SECTIONS:
+        notebook_plan(notebook, profile, course, extras)
 
 
 # ---- the items of each notebook (full profile) ------------------------------------------------------------------
@@ -218,7 +328,8 @@ def _items_04(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
     from hw3lib.grpo.config import GRPOConfig
 
     cfg = GRPOConfig.for_profile("full", course=crs.name)
-    items = [PlanItem("grpo_loop", f"one GRPO run, {cfg.n_grpo_steps} steps", _grpo_hours([cfg], crs, acc))]
+    items = [PlanItem("grpo_loop", f"one GRPO run, {cfg.n_grpo_steps} steps", _grpo_hours([cfg], crs, acc),
+                      new_checkpoints([cfg], crs))]
     if "keyword" in run:
         items.append(PlanItem("keyword", "keyword inclusion: SFT and 2 GRPO runs of a 0.1M-parameter model", None))
     if "async_grpo" in run:
@@ -226,19 +337,22 @@ def _items_04(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
             async_cfg, schedules = schedule_comparison("full")
         items.append(PlanItem("async_grpo", f"async GRPO, {len(schedules)} schedules x {async_cfg.n_grpo_steps} steps "
                                             "(as if run synchronously: an upper bound)",
-                              _grpo_hours([async_cfg] * len(schedules), crs, acc)))
+                              _grpo_hours([async_cfg] * len(schedules), crs, acc),
+                              # one run per schedule, each named after it (hw3lib.grpo.async_report)
+                              (run_checkpoint_bytes(async_cfg, crs),) * len(schedules)))
     return items
 
 
 def _items_05(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
     from hw3lib.experiments.parallel import GRID_SECTIONS, grids_to_run
 
-    items = []
+    items, seen = [], set()  # `seen`: settings whose disk is counted (a grid's base is another's config)
     for name in grids_to_run(run):
         configs = grid_configs(name, crs)
         steps = "/".join(str(s) for s in sorted({c.n_grpo_steps for c in configs}))
         items.append(PlanItem(GRID_SECTIONS[name] or "algorithms", f"grid `{name}`, {len(configs)} run(s) x {steps} "
-                                                                   "steps", _grpo_hours(configs, crs, acc)))
+                                                                   "steps", _grpo_hours(configs, crs, acc),
+                              new_checkpoints(configs, crs, seen)))
     if "ablations" in run:  # the base recipe's seed replicas (hw3lib.experiments.seeds): the first is a grid's run
         from hw3lib.experiments.seeds import SEED_REPLICAS, seed_grid
 
@@ -246,7 +360,7 @@ def _items_05(prof, crs: Course, run: set[str], acc) -> list[PlanItem]:
             replicas = list(seed_grid("full").configs.values())[1:]
         items.append(PlanItem("ablations", f"seed band: the base recipe with {SEED_REPLICAS['full']} seeds, "
                                            f"{len(replicas)} more run(s) x {replicas[0].n_grpo_steps} steps",
-                              _grpo_hours(replicas, crs, acc)))
+                              _grpo_hours(replicas, crs, acc), new_checkpoints(replicas, crs, seen)))
     if {"sft", "expert_iteration"} & run:  # notebook 05 runs the two together (one reading compares them)
         items += _sft_ei_items(crs, acc)
     return items
@@ -261,9 +375,9 @@ def _sft_ei_items(crs: Course, acc) -> list[PlanItem]:
     hours = [tuple(sum(function(c, shape_for(c.model, crs), PROMPT_TOKENS, _lengths(c.sampling_max_tokens)[i], acc)
                        for c in configs) for i in (0, 1))
              for function, configs in ((cost.sft_gpu_hours, sft), (cost.ei_gpu_hours, ei))]
-    return [PlanItem("sft", f"SFT, {len(sft)} runs x {sft[0].n_sft_steps} steps", hours[0]),
+    return [PlanItem("sft", f"SFT, {len(sft)} runs x {sft[0].n_sft_steps} steps", hours[0], new_checkpoints(sft, crs)),
             PlanItem("expert_iteration", f"expert iteration, {len(ei)} runs (every rollout kept: an upper bound)",
-                     hours[1])]
+                     hours[1], new_checkpoints(ei, crs))]
 
 
 ITEMS = {"01": _items_01, "02": _items_02, "04": _items_04, "05": _items_05}
@@ -292,3 +406,19 @@ def grid_configs(name: str, crs: Course) -> list:
     choices = {"top": [{}, {}], "off_policy": {}, "settings": {}} if GRIDS[name].needs else None
     with course_environment(crs):
         return list(build_grid(name, "full", choices=choices).configs.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hw3lib.experiments.plan`: `check_workbook` for this machine's profile and course (`make workbook`
+    runs it first); exit status 1 with the one line when a notebook's plan would stop."""
+    del argv
+    try:
+        check_workbook()
+    except (GpuHoursError, disk.DiskSpaceError) as exc:
+        print(f"make workbook: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,10 @@ checkpoint (a dead kernel: Ctrl-C writes one) has nothing to resume from; its fo
 `runs/.interrupted/` and the config trained afresh (`set_aside_unstarted`). Each run is watched by a
 `DivergenceCheck`: a non-finite loss or gradient norm, or a collapsed training reward, stops it early; it is
 recorded as `diverged` (reason and step) in grid.json and the run's `stopped.json` and never retrained.
-The grids themselves (which configs, which questions) are `hw3lib.experiments.grids`.
+On a GPU with vLLM each run trains in a fresh process of its own (`train` itself sees to it:
+hw3lib.core.own_process), so the runs of a grid, its seed replicas and the leaderboard never put a second sleep-mode
+engine in one process; on CPU they train in this process, as ever. The grids themselves (which configs, which
+questions) are `hw3lib.experiments.grids`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hw3lib.core.config import PLAN_FIELDS
 from hw3lib.core.io import atomic_write_json, runs_dir
 from hw3lib.core.lifecycle import RunResult, read_result
 from hw3lib.core.runs import has_outputs, latest_checkpoint, metrics_rows
@@ -30,7 +34,9 @@ from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.loop import STOPPED_FILE
 
 # Config fields that do not change what a run computes: ignored when looking for a shared run.
-NOT_COMPUTED = ("name", "checkpoint_every", "wandb_project")
+# The memory plan (`forward_rows`, `prompt_tokens`: hw3lib.grpo.memory_plan) follows from the settings and the card, and
+# a run records its own: a config that leaves it to be chosen matches a run that recorded its choice.
+NOT_COMPUTED = ("name", "checkpoint_every", "wandb_project", *PLAN_FIELDS)
 GRID_FILE = "grid.json"
 INTERRUPTED_DIR = ".interrupted"  # under runs/: one level down, so no run lookup (`shared_run_name`) finds them
 GRID_NAMES: set[str] = set()
@@ -222,6 +228,9 @@ def run_grid(grid: Grid, check: Callable[[], DivergenceCheck] = DivergenceCheck,
     each config's run folder and status after each run, so an interrupted sweep keeps what it did."""
     from tqdm.auto import tqdm
 
+    from hw3lib.experiments.disk_check import check_disk_for
+
+    check_disk_for(grid.configs.values(), f"grid `{grid.name}`")  # its checkpoints fit the disk, before any run
     manifest_path = runs_dir() / grid.name / GRID_FILE
     manifest = {"grid": grid.name, "profile": grid.profile, "question": grid.question, "reference": grid.reference,
                 "configs": {}}

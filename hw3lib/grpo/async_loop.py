@@ -45,8 +45,13 @@ explicitly (`actor_options`: one each on two GPUs, half each when `rollout_devic
 are the same GPU) and keeps the configured device names; for large models a multi-GPU user
 replaces the object-store weight transfer with an NCCL broadcast from the learner to the generator (a
 `torch.distributed` group spanning both). The learner validates with an engine of its own,
-built on first use: a vLLM one colocated with the learner's policy sleeps between validations and is
+built when it starts: a vLLM one colocated with the learner's policy sleeps between validations and is
 woken with the weights (`Learner.validate`, vLLM's documented sequence: hw3lib.generation).
+
+On one GPU (hw3lib.grpo.async_start): the learner's rows per forward are planned beside the generator's awake
+engine (`memory.async_plan`, through hw3lib.grpo.memory_plan), the GPUs Ray registered are checked against the
+actors' requests before either is created, the generator's engine is built before the learner loads (no two
+processes change the card's memory while vLLM profiles it), and every wait on an actor has a time limit.
 """
 
 from __future__ import annotations
@@ -64,7 +69,9 @@ from hw3lib.core.io import append_jsonl, atomic_write_json, runs_dir, shown_path
 from hw3lib.core.lifecycle import RunResult, check_fits, open_run, read_result, reuse_message
 from hw3lib.core.runs import latest_checkpoint
 from hw3lib.grpo.config import GRPOConfig
+from hw3lib.grpo.async_start import ActorCallTimeout, call_timeout, check_ray_gpus, get, start_actors
 from hw3lib.grpo.local_ray import start_local_ray
+from hw3lib.grpo.memory_plan import with_memory_plan
 from hw3lib.grpo.replay import ReplayBuffer, merge_groups, split_groups
 from hw3lib.maths.grpo import RATIO_LOSSES
 
@@ -182,22 +189,30 @@ class Learner:
         """Validate the current weights with the learner's own engine (built on first use). A colocated one
         sleeps except while it validates: woken with the weights before (`push_weights`: vLLM's documented
         sequence), asleep again after (`sleep_for_training`), so training has the memory."""
-        from hw3lib.generation import push_weights, sleep_for_training, training_engine
+        from hw3lib.generation import push_weights, sleep_for_training
+
+        self.build_engine()
+        push_weights(self.engine, self.learner.weights_for_engine(), colocated=self.colocated)  # no copy when wrapped
+        self.learner.run_validation(self.engine)
+        sleep_for_training(self.engine, colocated=self.colocated)
+
+    def build_engine(self) -> None:
+        """The learner's validation engine, once (asleep when colocated: `validate`'s push wakes it)."""
+        from hw3lib.generation import sleep_for_training, training_engine
 
         if self.engine is None:
             self.engine = training_engine(self.cfg, self.learner.policy, self.learner.tokenizer,
                                           self.learner.initial_model,
                                           records=[*self.train_records, *self.learner.eval_records])
-            sleep_for_training(self.engine, colocated=self.colocated)  # the push below wakes it
-        push_weights(self.engine, self.learner.weights_for_engine(), colocated=self.colocated)  # no copy when wrapped
-        self.learner.run_validation(self.engine)
-        sleep_for_training(self.engine, colocated=self.colocated)
+            sleep_for_training(self.engine, colocated=self.colocated)
 
     def version(self) -> int:
         return self.learner.version
 
     def start(self) -> int:
-        """Start the clock and run a missing validation of the current step; returns the version."""
+        """Build the validation engine (before the driver's first generation: on a GPU no two engines profile at
+        once, hw3lib.grpo.async_start), start the clock and run a missing validation; returns the version."""
+        self.build_engine()
         self.learner.start_clock()
         self.learner.catch_up(self.validate)
         return self.learner.version
@@ -270,6 +285,8 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
     import ray
 
     async_cfg.check(cfg)
+    # The learner's rows per forward fit beside the generator's awake engine (memory.async_plan), as checked below.
+    cfg = with_memory_plan(cfg, "async", overwrite)
     run_dir = runs_dir() / cfg.name
     print(f"async GRPO run '{cfg.name}' ({async_cfg.mode}, max_staleness {async_cfg.max_staleness}) -> {shown_path(run_dir)}",
           flush=True)
@@ -290,16 +307,19 @@ def train_async(cfg: GRPOConfig, async_cfg: AsyncConfig = AsyncConfig(), resume:
     learner = generator = driver = None
     learner_options, generator_options = actor_options(cfg)
     try:
-        learner = ray.remote(**learner_options)(Learner).remote(
-            cfg, str(run_dir), str(checkpoint) if checkpoint else None, env, async_cfg.learner_threads, callback)
-        generator = ray.remote(**generator_options)(Generator).remote(
-            cfg, env, async_cfg.generator_threads, fail_at_generation)
+        check_ray_gpus([learner_options, generator_options], ray.cluster_resources().get("GPU", 0))
+        # One engine build at a time on a GPU: the generator's first, then the learner (hw3lib.grpo.async_start).
+        learner, generator = start_actors(
+            cfg, lambda: ray.remote(**generator_options)(Generator).remote(cfg, env, async_cfg.generator_threads,
+                                                                             fail_at_generation),
+            lambda: ray.remote(**learner_options)(Learner).remote(
+                cfg, str(run_dir), str(checkpoint) if checkpoint else None, env, async_cfg.learner_threads, callback))
         driver = _Driver(cfg, async_cfg, learner, generator, on_step)
         driver.run()
     except KeyboardInterrupt:
         _checkpoint_after_failure(learner)
         raise
-    except ray.exceptions.RayError as error:
+    except (ray.exceptions.RayError, ActorCallTimeout) as error:
         saved = _checkpoint_after_failure(learner)
         where = f"checkpoint of the last completed GRPO step: {saved}" if saved else "the learner could not save"
         raise AsyncRunError(f"async GRPO run '{cfg.name}' stopped: {_actor_error_text(error)}\n{where}; "
@@ -345,7 +365,7 @@ class _Driver:
     def run(self) -> None:
         import ray
 
-        self.learner_version = ray.get(self.learner.start.remote())
+        self.learner_version = get(self.learner.start.remote(), "the learner's start (its step-0 validation)")
         self.step_started = time.time()
         if self.async_cfg.mode == "one_behind":
             self.one_behind()
@@ -374,7 +394,7 @@ class _Driver:
                     self.push_weights()
                 generations.append(self.generator.generate.remote(next_generation))
                 next_generation += 1
-            batch, busy = ray.get(generations.popleft())
+            batch, busy = get(generations.popleft(), "a generation")
             self.generator_busy.append(busy)
             self.train(batch, expired=0)
 
@@ -396,7 +416,7 @@ class _Driver:
             return generation, self.generator.generate.remote(generation)
 
         def land(index: int, future) -> None:
-            batch, busy = ray.get(future)
+            batch, busy = get(future, "a generation")
             self.generator_busy.append(busy)
             buffer.add(split_groups(batch, cfg.group_size, first_uid=index * n))
 
@@ -437,7 +457,7 @@ class _Driver:
                        uses=[g.uses for g in groups],
                        while_training=lambda landed, step=step: while_training(landed, step))
         if in_flight is not None:  # generated for a step that will not come: its time still counts
-            self.generator_busy.append(ray.get(in_flight[1])[1])
+            self.generator_busy.append(get(in_flight[1], "the last generation")[1])
             self.unused_groups = n  # never entered the buffer
 
     def replay_summary(self) -> dict:
@@ -464,10 +484,16 @@ class _Driver:
         step = self.learner.train.remote(batch, extra, self.step_started)
         while while_training is not None:
             generating = while_training(None)  # the in-flight generation, if any
-            if generating is None or ray.wait([step, generating], num_returns=1)[0][0] == step:
+            if generating is None:
+                break
+            landed, _ = ray.wait([step, generating], num_returns=1, timeout=call_timeout())
+            if not landed:
+                raise ActorCallTimeout(f"async GRPO: neither the learner's GRPO step {batch.grpo_step} nor the "
+                                       f"generation beside it finished within {call_timeout():.0f} s")
+            if landed[0] == step:
                 break
             while_training(generating)  # it landed first: take it in, maybe start the next
-        intervals, trained, self.learner_version = ray.get(step)
+        intervals, trained, self.learner_version = get(step, f"the learner's GRPO step {batch.grpo_step}")
         self.learner_busy.extend(intervals)
         self.windows.append((batch.grpo_step, self.step_started, trained))
         self.step_started = trained

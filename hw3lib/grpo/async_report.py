@@ -36,7 +36,33 @@ REPLAY_LAGS = (1, 2, 4)
 REPLAY_MAX_USES = 2
 
 
-ASYNC_ONE_GPU_SHARE = 0.35  # the full profile's engine share when both actors share one GPU (schedule_comparison)
+# The full profile's engine shares tried, largest first, when both actors share one GPU (`one_gpu_settings`), each
+# without and then with gradient checkpointing.
+ASYNC_ONE_GPU_SHARES = (0.35, 0.3, 0.25, 0.2)
+
+
+def one_gpu_settings(cfg: GRPOConfig) -> dict:
+    """The engine share (and gradient checkpointing) under which `cfg`'s asynchronous run fits one GPU by the memory
+    model -- the generator's engine awake beside the training learner, within the plan's headroom -- on the card here
+    (a simulated one in the rehearsal), else an 80 GB card: the largest share of `ASYNC_ONE_GPU_SHARES`, without
+    checkpointing where that fits. Planned at the data's longest prompt as the tables estimate it
+    (`preflight.expected_prompt_tokens`, an upper bound; the run then measures its own and its preflight checks
+    that). On 79.2 GiB: Qwen3-0.6B 0.35; Qwen2.5-Math-1.5B 0.25 with checkpointing; OLMo-2-0425-1B 0.25. None
+    fitting: the first (the preflight then names what would)."""
+    from hw3lib.core import preflight
+
+    shape, _ = preflight.resolve_shape(cfg.model)
+    candidates = [{"gpu_memory_utilization": share, "gradient_checkpointing": checkpointing}
+                  for share in ASYNC_ONE_GPU_SHARES for checkpointing in (False, True)]
+    if shape is None:
+        return candidates[0]
+    info = preflight.detect_device()
+    card, free = (info.total_bytes, info.free_bytes) if info.kind == "cuda" else (int(79.2 * preflight.GiB), 0)
+    expected = cfg.replace(prompt_tokens=preflight.expected_prompt_tokens(cfg))
+    for changes in candidates:
+        if preflight.plan_for(expected.replace(**changes), "async", shape, card, free).fits:
+            return changes
+    return candidates[0]
 
 
 def schedule_comparison(profile: str | None = None, **overrides) -> tuple[GRPOConfig, dict[str, AsyncConfig | None]]:
@@ -61,10 +87,11 @@ def schedule_comparison(profile: str | None = None, **overrides) -> tuple[GRPOCo
                         train_batch_size=64, gradient_accumulation_steps=2, epochs_per_rollout_batch=1, eval_every=50,
                         checkpoint_every=50, learning_rate=2e-4)
     else:  # one GPU holds the generator's engine awake beside the training learner (and its sleeping validation
-        # engine): the memory model's largest share on an 80 GB card is 0.37 for Qwen2.5-Math-1.5B (0.44 for
-        # Qwen3-0.6B; hw3lib.core.preflight), so both courses take 0.35 -- the preflight names what fits smaller cards.
-        settings = dict(n_grpo_steps=50, eval_every=10, checkpoint_every=10, gpu_memory_utilization=ASYNC_ONE_GPU_SHARE)
+        # engine): the share (and checkpointing) the memory model fits on this card (`one_gpu_settings`)
+        settings = dict(n_grpo_steps=50, eval_every=10, checkpoint_every=10)
     cfg = GRPOConfig.for_profile(name, name=f"async_{name}", loss_type="grpo_clip", **{**settings, **overrides})
+    if name == "full" and not {"gpu_memory_utilization", "gradient_checkpointing"} & set(overrides):
+        cfg = cfg.replace(**one_gpu_settings(cfg))
     schedules: dict[str, AsyncConfig | None] = {"sync": None,
                                                 "one_behind": AsyncConfig(mode="one_behind", max_staleness=1)}
     for lag in REPLAY_LAGS:

@@ -108,6 +108,17 @@ class GRPOConfig(RolloutRunConfig):
     """Log KL(pi || pi_ref) to the initial policy (k1, k3); costs a frozen reference copy and a forward pass
     (with LoRA no copy: the reference is the frozen base with the adapters disabled)."""
 
+    # --- the memory plan (chosen at the run's start, recorded in its config.json) ----------------------
+    forward_rows: int | None = None
+    """Sequences per training forward. None: chosen by the memory model when the run starts
+    (hw3lib.core.preflight.forward_rows, through hw3lib.grpo.memory_plan.with_memory_plan: the most that fit within
+    `HEADROOM` of the GPU memory free to the run, never fewer than `micro_train_batch_size`), printed by the
+    preflight and recorded in config.json, so a resume and a read-back use the same. Only how many sequences share
+    a forward changes: the update is the course's up to float rounding (hw3lib.grpo.step)."""
+    prompt_tokens: int | None = None
+    """The longest prompt of the run's training and held-out data, in its tokenizer's tokens: the memory model pads
+    every row to it. None: measured when the run starts (with `forward_rows`) and recorded."""
+
     # --- derived (computed once in __post_init__, saved with the config) ------------------------------
     n_prompts_per_rollout_batch: int = field(init=False)
     """rollout_batch_size // group_size."""
@@ -140,6 +151,10 @@ class GRPOConfig(RolloutRunConfig):
         for name in ("n_grpo_steps", "rollout_batch_size", "epochs_per_rollout_batch"):
             value = getattr(self, name)
             need(isinstance(value, int) and value >= 1, f"{name} must be a positive int, got {value!r}")
+        for name in ("forward_rows", "prompt_tokens"):  # None: chosen at the run's start
+            value = getattr(self, name)
+            need(value is None or (isinstance(value, int) and value >= 1),
+                 f"{name} must be None (chosen when the run starts) or a positive int, got {value!r}")
         need(self.rollout_batch_size % self.group_size == 0,
              f"rollout_batch_size={self.rollout_batch_size} must be divisible by group_size={self.group_size}")
         need(self.train_batch_size >= self.group_size,

@@ -82,13 +82,14 @@ import numpy as np
 import torch
 
 from hw3lib.core.io import atomic_write_json
-from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
+from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source, training_entry
 from hw3lib.core.precision import MasterWeights
 from hw3lib.evaluation.validate import save_validation, validate
 from hw3lib.grpo.config import GRPOConfig
 from hw3lib.grpo.health import health_warnings
 from hw3lib.grpo.shaping import overlong_penalties, refill_uninformative
-from hw3lib.grpo.step import logprob_mismatch, optimizer_step, training_forward_rows
+from hw3lib.grpo.memory_plan import planned, with_memory_plan
+from hw3lib.grpo.step import logprob_mismatch, optimizer_step
 from hw3lib.maths.grpo import CLIP_LOSSES, RATIO_LOSSES, compute_group_normalized_rewards
 from hw3lib.maths.logprobs import batched_log_probs, pack_rollouts
 from hw3lib.tasks.prompt_table import reward_fn_for, stop_strings_for
@@ -98,6 +99,7 @@ STOPPED_FILE = "stopped.json"  # written by `stop_when`: {"grpo_step", "reason"}
 MISMATCH_KEYS = ("abs", "tokens", "max_ratio", "kl_k1", "kl_k3")
 
 
+@training_entry  # on a GPU with vLLM: a process of its own; GPU memory handed back on return
 def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
           callback: Callable[[dict], None] | None = None,
           stop_when: Callable[[list[dict]], str | None] | None = None) -> RunResult:
@@ -119,7 +121,8 @@ def train(cfg: GRPOConfig, resume: bool = False, overwrite: bool = False,
     """
     from hw3lib.generation import engine_colocated, push_weights, sleep_for_training, training_engine
 
-    # ---- set-up: the run folder, data, initial policy, (resumed) state, engine ---------------------------
+    # ---- set-up: the memory plan, the run folder, data, initial policy, (resumed) state, engine -------------
+    cfg = with_memory_plan(cfg, "grpo", overwrite)  # rows per forward: the ones the preflight checks and prints
     run_dir, checkpoint, finished = begin_run("GRPO", cfg, resume, overwrite)  # hw3lib.core.lifecycle
     if finished is not None:
         return finished
@@ -312,8 +315,9 @@ class GRPOLearner(TrainingRun):
         # The working copy the microbatches and no-grad passes run through (bf16 weights in mixed precision),
         # built after a resume has loaded the masters.
         self.working = MasterWeights(self.policy, cfg.dtype)
-        # Sequences per training forward, by the memory model (the course's microbatch or more; same update).
-        self.forward_rows = training_forward_rows(cfg, cfg.model)
+        # Sequences per training forward: the run's recorded plan (hw3lib.grpo.memory_plan; the course's microbatch or
+        # more, the same update); a run made before plans were recorded chooses as the plan would.
+        self.forward_rows = cfg.forward_rows or planned(cfg).forward_rows
 
     def weights_for_engine(self):
         """The policy's weights as a rollout engine takes them: the working copy's bf16 tensors in mixed
@@ -431,13 +435,13 @@ class GRPOLearner(TrainingRun):
     def reference_log_probs(self, tensors: dict[str, torch.Tensor], prefix: int) -> torch.Tensor:
         """`[N, L-1]` log-probs under the frozen initial policy: the reference copy, or with LoRA the policy's
         own base with its adapters disabled (the base weights never change)."""
-        cfg = self.cfg
+        cfg, micro = self.cfg, self.forward_rows  # no-grad passes hold less than a training forward
         if self.reference is not None:
-            return batched_log_probs(self.reference, tensors, cfg.micro_train_batch_size, prefix,
-                                     cfg.sampling_temperature, cfg.dtype)  # [N, L-1]
+            return batched_log_probs(self.reference, tensors, micro, prefix, cfg.sampling_temperature,
+                                     cfg.dtype)  # [N, L-1]
         with self.policy.disable_adapter():
-            return batched_log_probs(self.policy, tensors, cfg.micro_train_batch_size, prefix,
-                                     cfg.sampling_temperature, cfg.dtype)  # [N, L-1]
+            return batched_log_probs(self.policy, tensors, micro, prefix, cfg.sampling_temperature,
+                                     cfg.dtype)  # [N, L-1]
 
     def step_row(self, stats: dict, grpo_step: int, epoch: int, kl: bool, rollout_stats: dict) -> dict:
         """The metrics of one optimizer step (`optimizer_step`'s statistics): the loss table's extras only

@@ -47,7 +47,6 @@ the host once per optimizer step, together with the gradient norm.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -128,29 +127,6 @@ def mismatch_weights(cfg, behaviour: torch.Tensor, engine: torch.Tensor, mask: t
         sums["mis_dropped"] += masked_normalize((mask.bool() & ~keep).float(), mask)
         weights = keep.float() if weights is None else weights * keep  # [b, T]
     return weights
-
-
-def training_forward_rows(cfg, model: str) -> int:
-    """Sequences per training forward for the run `cfg` of `model` (its initial policy), chosen by the memory
-    model (hw3lib.core.memory.training_micro_batch): on a GPU the most for which the run's plan still fits the
-    card, on a CPU the most whose trainer peak beside the engine stays within `CPU_TRAINING_SHARE` of its memory;
-    never fewer than the course's `micro_train_batch_size`, never more than an optimizer step's sequences. A
-    tiny smoke model fits anything: one forward per optimizer step. The course's arithmetic does not change
-    (`microbatch_loss` divides by the step's sequences or tokens), only how many sequences share a forward."""
-    from hw3lib.core import memory, preflight
-
-    shape, _ = preflight.resolve_shape(model)
-    if shape is None:  # a tiny smoke model (megabytes), or one the memory model cannot read: the whole step
-        return cfg.train_batch_size if model in preflight.TINY_MODELS else cfg.micro_train_batch_size
-    trainer, engine = preflight.trainer_for(cfg), preflight.engine_for(cfg, "grpo", shape)
-    device = torch.device(cfg.policy_device)
-    if device.type == "cuda":
-        card = torch.cuda.get_device_properties(device).total_memory
-        colocated = preflight.colocated(cfg, "grpo")
-        return memory.training_micro_batch(trainer, cfg.train_batch_size, lambda t: memory.grpo_plan(
-            shape, t, engine, card, colocated).fits)
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return memory.training_micro_batch(trainer, cfg.train_batch_size, memory.cpu_fits(shape, engine, physical))
 
 
 def optimizer_step(policy, optimizer, params, cfg, batch: dict[str, torch.Tensor], rows: torch.Tensor, *,

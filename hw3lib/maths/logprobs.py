@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 import torch
 
-from hw3lib.maths.sft import get_response_log_probs, pack_prompt_and_output_ids
+from hw3lib.maths.sft import label_log_probs, pack_prompt_and_output_ids
 
 
 def shared_prefix_length(prompt_ids: Sequence[Sequence[int]]) -> int:
@@ -100,11 +99,10 @@ def response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor, ret
             cache = model(ids[:1, :shared_prefix], use_cache=True, logits_to_keep=1).past_key_values  # [1, P]
             cache.batch_repeat_interleave(ids.shape[0])  # -> [b, P]: every row attends to the same prefix
             out = model(ids[:, shared_prefix:], past_key_values=cache, use_cache=True, logits_to_keep=keep)
-        if temperature == 1.0:
-            return out
-        return SimpleNamespace(logits=out.logits.float() / temperature)  # [b, T, V]
+        return out.logits  # [b, T, V]
 
-    return get_response_log_probs(last_positions, input_ids, labels, return_token_entropy=return_token_entropy)
+    # The temperature is applied chunk by chunk inside (no float32 copy of the logits: label_log_probs).
+    return label_log_probs(last_positions(input_ids), labels, return_token_entropy, temperature=temperature)
 
 
 def batched_log_probs(model, batch: dict[str, torch.Tensor], micro_batch_size: int, shared_prefix: int = 0,

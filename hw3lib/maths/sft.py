@@ -126,21 +126,25 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
     A plain chunked `log_softmax` would let autograd keep every chunk's output (a full float32
     copy of the logits); this function keeps only the logits themselves and recomputes each
     chunk's softmax in backward, where d log p_y / d z = onehot(y) - softmax(z).
+
+    `temperature`: of softmax(logits / temperature), divided chunk by chunk in float32, so bf16 logits are kept as
+    they are (dividing them first would keep a float32 copy of all of them, and its gradient, for the backward);
+    d log p_y / d z = (onehot(y) - softmax(z / t)) / t. Same numbers as dividing first.
     """
 
     @staticmethod
-    def forward(ctx, logits, labels, step, with_entropy):  # [N, V], [N]
+    def forward(ctx, logits, labels, step, with_entropy, temperature=1.0):  # [N, V], [N]
         out_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
         log_probs = torch.empty(labels.shape, dtype=out_dtype, device=logits.device)  # [N]
         entropy = torch.empty(labels.shape if with_entropy else 0, dtype=out_dtype, device=logits.device)  # [N] or [0]
         for start in range(0, labels.shape[0], step):
             rows = slice(start, start + step)
-            log_p = torch.log_softmax(_upcast(logits[rows]), dim=-1)  # [n, V]
+            log_p = torch.log_softmax(_scaled(logits[rows], temperature), dim=-1)  # [n, V]
             log_probs[rows] = log_p.gather(-1, labels[rows].unsqueeze(-1)).squeeze(-1)  # [n]
             if with_entropy:
                 entropy[rows] = _entropy_from_log_p(log_p)  # [n]
         ctx.save_for_backward(logits, labels)
-        ctx.step = step
+        ctx.step, ctx.temperature = step, temperature
         ctx.mark_non_differentiable(entropy)
         return log_probs, entropy
 
@@ -148,13 +152,21 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_log_probs, grad_entropy):  # [N], unused
         logits, labels = ctx.saved_tensors
+        temperature = ctx.temperature
         grad_logits = torch.empty_like(logits)  # [N, V]
         for start in range(0, labels.shape[0], ctx.step):
             rows = slice(start, start + ctx.step)
             g = grad_log_probs[rows].unsqueeze(-1)  # [n, 1]
-            grad = torch.softmax(_upcast(logits[rows]), dim=-1).mul_(-g)  # [n, V]: -g * p
-            grad_logits[rows] = grad.scatter_add_(-1, labels[rows].unsqueeze(-1), g)  # [n, V]: + g at the label
-        return grad_logits, None, None, None
+            grad = torch.softmax(_scaled(logits[rows], temperature), dim=-1).mul_(-g)  # [n, V]: -g * p
+            grad = grad.scatter_add_(-1, labels[rows].unsqueeze(-1), g)  # [n, V]: + g at the label
+            grad_logits[rows] = grad if temperature == 1.0 else grad / temperature  # [n, V]: d(z / t) / dz = 1 / t
+        return grad_logits, None, None, None, None
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A chunk of logits as the softmax takes it: upcast (`_upcast`), divided by `temperature` unless it is 1."""
+    logits = _upcast(logits)
+    return logits if temperature == 1.0 else logits / temperature
 
 
 def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
@@ -172,12 +184,19 @@ def get_response_log_probs(model, input_ids: torch.Tensor, labels: torch.Tensor,
     temporaries exist at a time, in forward and in backward (which adds one logits-sized gradient,
     as any implementation must). Nothing logits-sized is kept for backward but the logits.
     """
-    logits = model(input_ids).logits  # [B, T, V]
+    return label_log_probs(model(input_ids).logits, labels, return_token_entropy, chunk_tokens)
+
+
+def label_log_probs(logits: torch.Tensor, labels: torch.Tensor, return_token_entropy: bool = False,
+                    chunk_tokens: int | None = None, temperature: float = 1.0) -> dict[str, torch.Tensor]:
+    """`get_response_log_probs` from the logits `[B, T, V]` themselves, of softmax(logits / `temperature`): the
+    division happens chunk by chunk inside, so no float32 copy of the logits is made or kept (hw3lib.maths.logprobs
+    passes the rollouts' sampling temperature)."""
     batch, seq, vocab = logits.shape
     step = chunk_tokens or max(1, CHUNK_ELEMENTS // vocab)
     flat_logits = logits.reshape(batch * seq, vocab)  # [B*T, V], a view
     log_probs, entropy = _ChunkedLabelLogProbs.apply(
-        flat_logits, labels.reshape(batch * seq), step, return_token_entropy)  # [B*T], [B*T] or [0]
+        flat_logits, labels.reshape(batch * seq), step, return_token_entropy, temperature)  # [B*T], [B*T] or [0]
     result = {"log_probs": log_probs.view(batch, seq)}  # [B, T]
     if return_token_entropy:
         result["token_entropy"] = entropy.view(batch, seq)  # [B, T]

@@ -62,7 +62,8 @@ def ei_variant_configs(base: EIConfig, variants: dict[str, dict]) -> dict[str, E
 
 
 def run_all(function: Callable[..., RunResult], configs: dict, resume: bool = True) -> dict[str, RunResult]:
-    """Run each config in turn with `function` (train_sft or expert_iteration)."""
+    """Run each config in turn with `function` (train_sft or expert_iteration; on a GPU with vLLM each run trains in
+    a process of its own, hw3lib.core.own_process, so the notebook's kernel never holds a second engine)."""
     results = {}
     for label, cfg in configs.items():
         print(f"=== {label}", flush=True)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
+from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source, training_entry
 from hw3lib.core.precision import MasterWeights
 from hw3lib.maths.logprobs import autocast_for, pack_rollouts, response_log_probs
 from hw3lib.maths.sft import masked_normalize
@@ -169,6 +169,7 @@ def round_row(cfg: EIConfig, state: dict, round_: Round, entropy: Sequence[float
         **times}
 
 
+@training_entry  # on a GPU with vLLM: a process of its own; GPU memory handed back on return
 def expert_iteration(cfg: EIConfig, resume: bool = False, overwrite: bool = False,
                      callback: Callable[[dict], None] | None = None) -> RunResult:
     """Run expert iteration as configured by `cfg` into `runs/<cfg.name>/` (see the module docstring).

@@ -67,7 +67,7 @@ import numpy as np
 import torch
 
 from hw3lib.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source
+from hw3lib.core.lifecycle import RunResult, TrainingRun, begin_run, policy_source, training_entry
 from hw3lib.core.precision import MasterWeights
 from hw3lib.evaluation.validate import save_validation
 from hw3lib.maths.logprobs import autocast_for, response_log_probs, shared_prefix_length
@@ -328,6 +328,7 @@ def trace_batch(traces: Sequence[dict], tokenizer, device: str) -> tuple[dict[st
 
 # ---- the loop ----------------------------------------------------------------------------------------------
 
+@training_entry  # on a GPU with vLLM: a process of its own; GPU memory handed back on return
 def train_sft(cfg: SFTConfig, resume: bool = False, overwrite: bool = False,
               callback: Callable[[dict], None] | None = None) -> RunResult:
     """Run SFT as configured by `cfg` into `runs/<cfg.name>/` (see the module docstring).

@@ -28,3 +28,13 @@ def test_field_defaults_are_the_class_defaults():
     defaults = field_defaults(GRPOConfig.for_profile("smoke"))
     assert defaults["learning_rate"] == GRPOConfig().learning_rate and defaults["adam_betas"] == (0.9, 0.95)
     assert defaults["eval_temperature"] == 1.0  # the class default, not the smoke profile's 0.0
+
+
+def test_a_plan_left_to_choose_matches_the_recorded_one_and_a_set_one_must_agree():
+    from hw3lib.core.runs import config_differences
+
+    saved = {"learning_rate": 1e-5, "forward_rows": 13, "prompt_tokens": 400}
+    assert config_differences(saved, {"learning_rate": 1e-5, "forward_rows": None, "prompt_tokens": None}) == []
+    assert config_differences(saved, {"learning_rate": 1e-5, "forward_rows": 13, "prompt_tokens": 400}) == []
+    assert config_differences(saved, {"learning_rate": 1e-5, "forward_rows": 7, "prompt_tokens": 400}) == [
+        "forward_rows: saved 13 vs now 7"]

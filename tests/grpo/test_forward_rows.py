@@ -1,6 +1,5 @@
-"""Training microbatches sized by memory (hw3lib.core.memory.training_micro_batch, hw3lib.grpo.step.
-training_forward_rows): the size follows the memory model, never below the course's microbatch, and the
-optimizer step's update does not depend on it (the course's accumulation arithmetic stays exact)."""
+"""Training microbatches sized by memory (hw3lib.core.memory.training_micro_batch, hw3lib.grpo.memory_plan): the
+size follows the memory model, never below the course's microbatch, and the optimizer step's update does not depend on it (the course's accumulation arithmetic stays exact)."""
 
 from __future__ import annotations
 
@@ -50,14 +49,15 @@ def test_cpu_budget_counts_the_engine_beside_the_trainer():
     assert beside == (24 * GiB - state - 2 * QWEN3.params) // per_row < alone
 
 
-def test_training_forward_rows_of_a_tiny_and_an_unknown_model(tmp_path):
-    from hw3lib.grpo.step import training_forward_rows
+def test_the_plan_of_a_tiny_and_an_unknown_model(tmp_path):
+    from hw3lib.grpo.memory_plan import planned
 
     smoke = GRPOConfig.for_profile("smoke", gradient_accumulation_steps=4)
     assert smoke.micro_train_batch_size < smoke.train_batch_size
-    assert training_forward_rows(smoke, "tiny") == smoke.train_batch_size  # megabytes: one forward per step
+    assert planned(smoke).forward_rows == smoke.train_batch_size  # megabytes: one forward per step
     # A model the memory model cannot read: the course's microbatch, as before.
-    assert training_forward_rows(smoke, str(tmp_path / "no_such_model")) == smoke.micro_train_batch_size
+    unknown = smoke.replace(model=str(tmp_path / "no_such_model"))
+    assert planned(unknown).forward_rows == smoke.micro_train_batch_size
 
 
 @pytest.mark.parametrize("forward_rows", [3, 8])

@@ -173,6 +173,8 @@ def test_resume_and_ctrl_c_reproduce_a_straight_run():
     assert sum(kept.answer_rewards) / last["eval/n"] == pytest.approx(last["eval/answer_reward"])
     saved_config = json.loads((straight.run_dir / "config.json").read_text())
     assert saved_config["n_grpo_steps"] == 4 and saved_config["micro_train_batch_size"] == 4
+    # the memory plan the run used, recorded: the tiny model takes a whole optimizer step per forward
+    assert saved_config["forward_rows"] == 8 and straight.config.forward_rows == 8
 
 
 def cfg_saved(result) -> int:
