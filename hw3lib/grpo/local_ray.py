@@ -34,9 +34,10 @@ def quiet_token_auth_notice() -> None:
         logger.addFilter(_DropTokenNotice())
 
 
-def start_local_ray(num_cpus: int = 2, attempts: int = 3, pause_s: float = 5.0, **init_options) -> None:
+def start_local_ray(num_cpus: int = 2, attempts: int = 6, pause_s: float = 15.0, **init_options) -> None:
     """`ray.init(num_cpus=...)` for a local instance without the dashboard; a start that times out
-    (see the module docstring) is shut down and retried up to `attempts` times in all. Any other error
+    (see the module docstring) is shut down and retried up to `attempts` times in all, `pause_s` apart (a busy
+    spell of the machine passes: CI's four walks once timed out three starts 5 s apart in a row). Any other error
     is raised as it is, at once."""
     import ray
 
