@@ -18,6 +18,9 @@ max_x ||x||^2; then tau_11 >= |C|. Modules:
 - `loops`: the LLM-guided discovery loops (agentic, Best-of-N, hybrid), optionally from a stored configuration.
 - `scaffold`: load a starting configuration (a record, ours) and describe its core-and-remainder scaffold.
 - `core_remainder`: the core-and-remainder search (fixed norm-4 core, equilibrated remainder, Chebyshev LP).
+- `core_families`, `core_frames`, `core_search`, `core_report`, `core_program`: our own core search (labelled
+  supports, frames guided by the published composition, a cavity proxy, remainder scoring), its report, and
+  program.py written from its best set.
 - `geometry`: the largest free cap of a final set and its shell neighbourhood (why it stopped growing).
 - `orbits`, `groups`, `weighted_independent_set`, `layered`, `orbit_search`: the exact search for unions of group
   orbits in the layered frame (poles, equator, tropics), over many groups, with a resumable log;

@@ -61,6 +61,8 @@ class CoreRemainderConfig:
         experiment on a published core, labelled as such in the log -- not our own core.
     start_empty: the remainder starts empty instead of with the rows left out of the core, so the growth may find
         a different (denser) packing of the cavity than the recipe's own rows.
+    core_spec: instead of the recipe, a core in `core_families.CoreSpec.to_text` form (axes, full and half
+        supports; e.g. one found by `hw3lib.kissing.core_search`); the remainder then starts empty.
     code_seed: seed of the constant-weight code search (35 blocks).
     seed: seed of the seeds and jitters of the growth.
     stages: (margin, beta, steps) of the annealed penalty, in order.
@@ -79,6 +81,7 @@ class CoreRemainderConfig:
     supports: int = 35
     core_file: str = ""
     start_empty: bool = False
+    core_spec: str = ""
     code_seed: int = 0
     seed: int = 0
     stages: tuple[tuple[float, float, int], ...] = ((0.03, 40.0, 400), (0.01, 120.0, 400), (0.002, 400.0, 600))
@@ -111,6 +114,10 @@ def reproduce_582(code_seed: int = 0) -> np.ndarray:
 def build_core(cfg: CoreRemainderConfig) -> tuple[np.ndarray, np.ndarray]:
     """(core rows, rows left out for the cavity), integer, norm^2 4; together they are the recipe with
     `cfg.supports` supports (the 582 recipe for 35)."""
+    if cfg.core_spec:
+        from hw3lib.kissing.core_families import CoreSpec, core_rows
+
+        return core_rows(CoreSpec.from_text(cfg.core_spec)), np.zeros((0, 11), dtype=np.int64)
     if cfg.core_file:
         from hw3lib.kissing.scaffold import load_start
 
@@ -295,19 +302,36 @@ class GrowState:
     machine: str = ""
 
 
+def saved_settings(saved: dict) -> dict:
+    """A log's settings with every field added since it was written set to its default (`core_spec`,
+    `start_empty`): a field the log does not name was not an option then, so the run used what is now the default."""
+    defaults = json.loads(json.dumps(asdict(CoreRemainderConfig())))  # tuples -> lists, as the log stores them
+    return {**defaults, **saved}
+
+
+def config_of(saved: dict) -> CoreRemainderConfig:
+    """The config a log was written with (lists back to tuples), e.g. to resume a stored log."""
+    settings = saved_settings(saved)
+    settings["stages"] = tuple(tuple(stage) for stage in settings["stages"])
+    return CoreRemainderConfig(**{k: tuple(v) if isinstance(v, list) and k != "stages" else v
+                                  for k, v in settings.items()})
+
+
 def _load_state(path: Path, cfg: CoreRemainderConfig) -> GrowState:
     settings = json.loads(json.dumps(asdict(cfg)))  # tuples -> lists, as the log stores them
     if path.is_file():
         state = GrowState(**json.loads(path.read_text(encoding="utf-8")))
-        if state.config != settings:
+        if saved_settings(state.config) != settings:
             raise ValueError(f"{path} was written with other settings; pass another --log or the same settings")
+        state.config = settings  # saved again with every field named
         return state
     return GrowState(settings, machine=f"{platform.platform()}, Python {platform.python_version()}")
 
 
 def grow(log_path: str | Path, cfg: CoreRemainderConfig = CoreRemainderConfig(), budget_s: float | None = None,
-         progress: bool = True, text_log: str | Path | None = None) -> GrowState:
-    """Grow the remainder one row at a time (see the module docstring); resumes from `log_path`."""
+         progress: bool = True, text_log: str | Path | None = None, cpu_budget_s: float | None = None) -> GrowState:
+    """Grow the remainder one row at a time (module docstring); resumes from `log_path`. budget_s: wall seconds of
+    this call; cpu_budget_s: CPU seconds of the whole log, so a short-budget score does not depend on machine load."""
     log_path = Path(log_path)
     text_log = Path(text_log) if text_log else log_path.with_suffix(".log")
     state = _load_state(log_path, cfg)
@@ -341,7 +365,8 @@ def grow(log_path: str | Path, cfg: CoreRemainderConfig = CoreRemainderConfig(),
                 state.done, state.reason = True, (f"{cfg.attempts_per_size} attempts found no valid set of "
                                                   f"{state.best_size + 1}")
                 break
-            if budget_s is not None and time.perf_counter() - start_wall > budget_s:
+            if _budget_spent(budget_s, time.perf_counter() - start_wall, cpu_budget_s,
+                             cpu0 + time.process_time() - start_cpu):
                 state.reason = "budget spent (resume with the same command)"
                 break
             t_cpu = time.process_time()
@@ -384,6 +409,10 @@ def grow(log_path: str | Path, cfg: CoreRemainderConfig = CoreRemainderConfig(),
     return state
 
 
+def _budget_spent(budget_s: float | None, wall_s: float, cpu_budget_s: float | None, cpu_s: float) -> bool:
+    return (budget_s is not None and wall_s > budget_s) or (cpu_budget_s is not None and cpu_s > cpu_budget_s)
+
+
 def _failures_at(state: GrowState, size: int) -> int:
     count = 0
     for row in reversed(state.attempts):
@@ -408,7 +437,7 @@ def summary(log: dict) -> dict:
     best = log.get("best_points")
     verdict = verify(best) if best else None
     core = (f"the core of {Path(cfg['core_file']).name} (a reproduction experiment on a published core)"
-            if cfg.get("core_file") else
+            if cfg.get("core_file") else f"our own core {cfg['core_spec']}" if cfg.get("core_spec") else
             f"the {cfg['supports']}-support recipe without axes {cfg['drop_axes']} and supports {cfg['drop_supports']}")
     mean = lambda key, rs: sum(r[key] for r in rs) / len(rs) if rs else 0.0  # noqa: E731
     return {"core": core, "start_empty": bool(cfg.get("start_empty") or cfg.get("core_file")),

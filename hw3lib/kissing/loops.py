@@ -51,6 +51,7 @@ from hw3lib.kissing.llm import ChatReply, Responder, responder_source
 from hw3lib.kissing.replies import NO_CODE_MESSAGE, Extraction, extract_python_code, strip_thinking  # noqa: F401
 from hw3lib.kissing.report import write_report
 from hw3lib.kissing.scaffold import StartConfig, scaffold_text, start_preamble
+from hw3lib.kissing.core_search import proposed_core
 
 LOOPS = ("agentic", "best_of_n", "hybrid", "orbit")
 POLISH_MAX_NORM_SQ = 5  # largest shell the hybrid loop polishes: |x|^2 = 5 has 15,224 vectors (~1.5 s to set up)
@@ -152,8 +153,8 @@ class RunRecorder:
             # Remove only what a run writes, so stale candidates cannot mix with the new ones.
             for name in self.OUTPUTS:
                 (self.run_dir / name).unlink(missing_ok=True)
-            for old in (self.run_dir / "candidates").glob("iter_*"):
-                old.unlink()
+            for old in [*(self.run_dir / "candidates").glob("iter_*"), *(self.run_dir / "cores").glob("iter_*")]:
+                old.unlink()  # cores/: growth logs of proposed cores, which would otherwise be resumed
         (self.run_dir / "candidates").mkdir(parents=True, exist_ok=True)
         self.responder = responder
         self.log: dict[str, Any] = {
@@ -223,8 +224,17 @@ def _no_code_evaluation(error: str) -> dict:
 
 def _evaluate_reply(recorder: RunRecorder, iteration: int, reply: ChatReply, *, timeout_s: float,
                     memory_mb: int) -> tuple[Extraction, str | None, dict]:
-    """Extract, store and evaluate the program in `reply` (a no-code reply scores 0 with a clear message)."""
-    extraction = extract_python_code(reply.content)
+    """Extract, store and evaluate the program in `reply` (a no-code reply scores 0 with a clear message).
+
+    A reply with a ```core block proposes a core instead (`core_search.score_proposal`): the remainder optimizer
+    grows a set against it, that set is stored as the iteration's program and evaluated like any other, and the
+    core's own verdict leads the evaluator's message."""
+    core_note = None
+    spec_text = proposed_core(strip_thinking(reply.content))
+    if spec_text is not None:
+        extraction, core_note = _core_program(recorder, iteration, spec_text)
+    else:
+        extraction = extract_python_code(reply.content)
     if extraction.code is None:
         error = extraction.error
         if reply.finish_reason == "length":
@@ -235,10 +245,26 @@ def _evaluate_reply(recorder: RunRecorder, iteration: int, reply: ChatReply, *, 
     evaluation = evaluate_program(path, timeout_s=timeout_s, memory_mb=memory_mb, return_points=True,
                                   strict=bwrap_available())
     points = evaluation.pop("points", None)
+    if core_note:
+        evaluation["message"] = f"{core_note}. Evaluator: {evaluation['message']}"
     if evaluation["validity"] and points is not None:
         # kept for the hybrid loop's local search, which starts from the program's own output
         atomic_write_json(path.with_name(f"iter_{iteration:03d}_points.json"), {"points": points}, indent=None)
     return extraction, str(path.relative_to(recorder.run_dir)), evaluation
+
+
+def _core_program(recorder: RunRecorder, iteration: int, spec_text: str) -> tuple[Extraction, str]:
+    """(the program printing the set grown against a proposed core, or no code; the core's verdict)."""
+    from hw3lib.kissing.core_search import score_proposal
+    from hw3lib.kissing.search import program_source
+
+    points, note = score_proposal(spec_text, recorder.run_dir / "cores", f"iter_{iteration:03d}",
+                                  cpu_s=recorder.log["settings"].get("core_cpu_s", 20.0))
+    if points is None:
+        return Extraction(None, note), note
+    code = program_source(points, f"the remainder optimizer against the core proposed at iteration {iteration}",
+                          written_by="the core proposal of a discovery loop (hw3lib.kissing.loops)")
+    return Extraction(code, None), note
 
 
 def _new_step(iteration: int, sent: list[int], reply: ChatReply, reply_index: int, extraction: Extraction,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ pytest.importorskip("scipy", reason="the Chebyshev LP needs scipy (HiGHS)")
 
 from hw3lib.kissing import verify  # noqa: E402
 from hw3lib.kissing.core_remainder import (HALF, CoreRemainderConfig, build_core, chebyshev_lp, equilibrate,  # noqa: E402
-                                           grow, max_cosine, penalty, reproduce_582, round_and_check, summary)
+                                           config_of, grow, max_cosine, penalty, reproduce_582,
+                                           round_and_check, saved_settings, summary)
 
 
 def test_the_35_support_recipe_reproduces_582():
@@ -94,3 +96,28 @@ def test_growth_is_verified_logged_and_resumable(tmp_path):
     report = summary(json.loads(log.read_text()))  # what data/kissing_number/report.md states about a stored log
     assert (report["best_size"], report["verified"], report["first_size"]) == (27, True, 22)
     assert report["attempts"] == len(rows) and report["cpu_per_attempt_s"] > 0 and "0-support recipe" in report["core"]
+
+
+STORED = Path(__file__).resolve().parents[2] / "data" / "kissing_number"
+
+
+@pytest.mark.parametrize("name", ["core_remainder_ours", "core_remainder_ours_cavity", "core_remainder_station_core"])
+def test_the_stored_logs_still_resume(name, tmp_path, monkeypatch):
+    # they were written before `core_spec` (and, for the station core, `start_empty`) existed: a field a log does not
+    # name reads as its default, so resuming with the log's own settings is no difference and adds no attempt
+    monkeypatch.chdir(STORED.parents[1])  # the station core's core_file is relative to the repository root
+    saved = json.loads((STORED / f"{name}.json").read_text())
+    assert "core_spec" not in saved["config"]
+    copy = tmp_path / f"{name}.json"
+    copy.write_text(json.dumps(saved))
+    state = grow(copy, config_of(saved["config"]), progress=False)
+    assert state.done and len(state.attempts) == len(saved["attempts"]) and state.best_size == saved["best_size"]
+    assert json.loads(copy.read_text())["config"]["core_spec"] == ""  # saved again with every field named
+    with pytest.raises(ValueError, match="other settings"):  # a real difference is still refused
+        grow(copy, config_of({**saved["config"], "core_spec": "axes 0 1"}), progress=False)
+
+
+def test_a_missing_field_reads_as_its_default():
+    old = {k: v for k, v in saved_settings({}).items() if k not in ("core_spec", "start_empty")}
+    assert saved_settings(old) == saved_settings({}) and config_of(old) == CoreRemainderConfig()
+    assert config_of({**old, "drop_axes": [8]}).drop_axes == (8,)  # lists back to the config's tuples

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hw3lib.kissing import evaluate_program
+from hw3lib.kissing.core_remainder import reproduce_582
 from hw3lib.kissing.llm import ScriptedResponder
 from hw3lib.kissing.loops import agentic_refinement, best_of_n, load_prompts, task_prompt
 from hw3lib.kissing.records import records_folder
@@ -34,13 +35,20 @@ def test_core_split_of_station600_matches_its_published_recipe(station600):
     assert station600.points == aeform  # the min-distance copy the loop starts from
 
 
-def test_our_program_is_all_core_and_the_constant_weight_code_is_found():
-    start = load_start(PROGRAM)
+def test_the_582_recipe_is_all_core_and_the_constant_weight_code_is_found():
+    start = load_start(reproduce_582().tolist())
     assert start.num_points == 582 and len(start.split.core) == 582 and start.split.remainder == []
     assert len(start.split.supports) == 35 and set(start.split.supports.values()) == {16}
     supports = list(start.split.supports)
     assert all(len(set(a) & set(b)) <= 2 for i, a in enumerate(supports) for b in supports[i + 1:])
     assert "no remainder" in scaffold_text(start)
+
+
+def test_our_program_is_our_core_and_its_remainder():
+    # program.py holds the core search's best: 8 axes x 2 + 22 full x 16 + 16 halves x 8 = 496 core rows, 102 more
+    start = load_start(PROGRAM)
+    assert start.num_points == 598 and len(start.split.core) == 496 and len(start.split.remainder) == 102
+    assert sorted(start.split.supports.values()) == [8] * 16 + [16] * 22
 
 
 def test_hand_worked_split_and_every_record_form():
@@ -89,7 +97,7 @@ def test_replayed_run_from_a_record_builds_on_start(station600, tmp_path):
 def test_best_of_n_and_the_cli_take_a_start(tmp_path):
     start = load_start(PROGRAM)
     run = best_of_n(ScriptedResponder(REPLAY), tmp_path / "bon", 3, timeout_s=60, start=start)
-    assert run.scores == [582.0, 0.0, 581.0]
+    assert run.scores == [598.0, 0.0, 597.0]  # the stored program's 598, a failed reply, one row dropped
     from typer.testing import CliRunner
 
     from hw3lib.cli import app
@@ -100,4 +108,4 @@ def test_best_of_n_and_the_cli_take_a_start(tmp_path):
     assert out.exit_code == 2 and "no integer copy" in out.output
     out = CliRunner().invoke(app, ["kissing", "discover", "--loop", "agentic", "--iterations", "1", "--out",
                                    str(tmp_path / "cli"), "--replay", str(REPLAY), "--start", str(PROGRAM)])
-    assert out.exit_code == 0 and "best score 582" in out.output, out.output
+    assert out.exit_code == 0 and "best score 598" in out.output, out.output
