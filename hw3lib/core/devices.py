@@ -144,7 +144,7 @@ def _ram_bytes() -> int:
 
 def cpu_threads() -> int:
     """The CPU threads this process should compute on: `$OMP_NUM_THREADS` when it is set to a number (`make test`
-    sets 1 in each of the four walks it runs at once, and a grid worker gets its share), else the cores this
+    sets 1 in each of the five jobs it runs at once, and a grid worker gets its share), else the cores this
     process may run on. More torch threads than that wait at thread barriers on each other: two walks of two
     threads each on 2 cores ran a 27-second SFT cell in 404 s (2026-11-29)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -7,6 +7,7 @@ leaves a half-written file behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -123,10 +124,33 @@ def figures_dir() -> Path:
 def build_folder_once(target: Path, build: Callable[[Path], None], marker: str = "config.json") -> Path:
     """`target`, built by `build(staging)` into a temporary sibling folder and renamed into place, unless
     it already holds `marker` (a finished build). An interrupted build is never mistaken for a finished
-    one, and when two processes build the same folder at once the first rename wins (same content)."""
+    one. Processes wanting the same folder at once (CI's pytest and four notebook walks share one cache)
+    take turns on a lock file beside it, so one builds and the others find its result; where no lock can be
+    taken (no `fcntl`) both build and the first rename wins (same content)."""
     if (target / marker).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(target.parent / f".{target.name}.lock"):
+        if not (target / marker).is_file():  # another process may have built it while we waited
+            _build_and_rename(target, build, marker)
+    return target
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `path` (created if missing; released when the file closes, also when the
+    process dies, so a killed builder never leaves it held)."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no lock, builds may overlap (still safe, see build_folder_once)
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _build_and_rename(target: Path, build: Callable[[Path], None], marker: str) -> None:
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
         build(staging)
@@ -137,7 +161,6 @@ def build_folder_once(target: Path, build: Callable[[Path], None], marker: str =
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

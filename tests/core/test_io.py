@@ -119,3 +119,52 @@ def test_read_json_reads_says_none_for_a_missing_file_and_names_a_broken_one(tmp
     (tmp_path / "bad.json").write_text('{"a": [1, 2}')
     with pytest.raises(ValueError, match=r"bad.json: not a readable search log .*line 1, column 12"):
         read_json(tmp_path / "bad.json", "search log")
+
+
+def _slow_counted_build(args):
+    """Build `target` with a build that records each call and takes long enough for the other to arrive."""
+    import time
+    from pathlib import Path
+
+    from hw3lib.core.io import build_folder_once
+
+    target, calls = Path(args[0]), Path(args[1])
+
+    def build(staging):
+        with open(calls, "a") as log:
+            log.write("built\n")
+        time.sleep(1.0)
+        (staging / "config.json").write_text("{}")
+
+    return str(build_folder_once(target, build))
+
+
+def test_build_folder_once_builds_once_when_two_processes_want_it_at_once(tmp_path):
+    import multiprocessing
+
+    target, calls = tmp_path / "cache" / "model", tmp_path / "calls.txt"
+    spawn = multiprocessing.get_context("spawn")
+    builders = [spawn.Process(target=_slow_counted_build, args=((str(target), str(calls)),)) for _ in range(2)]
+    for builder in builders:  # both start before either build (1 s) can end
+        builder.start()
+    for builder in builders:
+        builder.join(60)
+    assert [builder.exitcode for builder in builders] == [0, 0] and (target / "config.json").is_file()
+    assert calls.read_text() == "built\n"  # the second waited for the first's result instead of building again
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".model.") and p.is_dir()]  # no staging left
+
+
+def test_an_interrupted_build_is_not_reused_and_leaves_the_lock_free(tmp_path):
+    from hw3lib.core.io import build_folder_once
+
+    target = tmp_path / "model"
+
+    def failing(staging):
+        (staging / "half.bin").write_text("x")
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        build_folder_once(target, failing)
+    assert not target.exists()
+    built = build_folder_once(target, lambda staging: (staging / "config.json").write_text("{}"))
+    assert (built / "config.json").is_file() and not (built / "half.bin").exists()

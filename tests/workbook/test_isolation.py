@@ -147,10 +147,12 @@ def _recipe(makefile: str, target: str) -> list[str]:
 def test_make_test_runs_every_presets_notebooks_in_a_temporary_output_folder():
     makefile = (REPO_ROOT / "Makefile").read_text()
     commands = _recipe(makefile, "test")
-    assert any(re.search(r"-m pytest .*tests/", c) for c in commands)  # isolated by tests/conftest.py
-    walks = re.search(r"\$\(SHARED_CORES\) \$\(MAKE\) .*-j4 .*", " ".join(commands)).group(0).split()
-    assert {"walk-gsm8k", "walk-math", "rehearse-gsm8k", "rehearse-math", "REHEARSE_EXTRAS=0"} <= set(walks)
-    # the four walks share the cores: one torch thread each, vLLM's CPU threads unpinned
+    # pytest (isolated by tests/conftest.py) and the four walks, all five at once
+    assert any(re.search(r"-m pytest .*tests/", c) for c in _recipe(makefile, "unit-tests"))
+    jobs = re.search(r"\$\(SHARED_CORES\) \$\(MAKE\) .*-j5 .*", " ".join(commands)).group(0).split()
+    assert {"unit-tests", "walk-gsm8k", "walk-math", "rehearse-gsm8k", "rehearse-math",
+            "REHEARSE_EXTRAS=0"} <= set(jobs)
+    # the five jobs share the cores: one torch thread each, vLLM's CPU threads unpinned
     assert re.search(r"^SHARED_CORES := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind$",
                      makefile, flags=re.M)
     gsm8k, math = _recipe(makefile, "walk-gsm8k"), _recipe(makefile, "walk-math")
